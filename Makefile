@@ -1,0 +1,35 @@
+# Set-up and everyday commands. Every target creates .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch 2.13.0 is a CPU build (a wheel on disk on our machines); installing it first keeps
+# pip from pulling a multi-GB CUDA build to satisfy `torch>=2.4`.
+TORCH ?= torch==2.13.0
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+
+.PHONY: demo test test-fast bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[test]"
+	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(BIN)/agentgym-rl quickstart
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

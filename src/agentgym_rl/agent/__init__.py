@@ -1,0 +1,1 @@
+"""The agent layer: chat encoding, generators, model loading and the tiny offline model."""

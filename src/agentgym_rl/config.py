@@ -1,0 +1,222 @@
+"""Typed dataclass configs loaded from YAML, with `key.sub=value` overrides.
+
+Each component owns its config dataclass; this module only composes them and converts
+YAML data into them, rejecting unknown keys and wrong types with a `UserError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .agent.tiny import TinyModelConfig
+from .errors import UserError
+from .rollout.engine import RolloutConfig
+from .train.learner import OptimConfig
+
+
+@dataclass
+class EnvConfig:
+    """Which environment and splits."""
+
+    id: str = "babyai"
+    train_split: str = "train"
+    eval_split: str = "test"
+
+
+@dataclass
+class ModelConfig:
+    """The policy model."""
+
+    path: str | None = None
+    """A local Hugging Face model folder; null builds the tiny offline model."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the tiny model (used when `path` is null)."""
+    corpus_episodes: int = 200
+    """Expert episodes whose text trains the tiny model's tokenizer."""
+
+
+@dataclass
+class WarmupConfig:
+    """Supervised warm-up on expert demonstrations before RL (0 episodes = none)."""
+
+    episodes: int = 0
+    epochs: int = 3
+    lr: float = 2e-3
+    batch_size: int = 16
+
+
+@dataclass
+class AlgoConfig:
+    """The RL algorithm (names as `agentgym-rl algos` prints)."""
+
+    name: str = "grpo"
+    tasks_per_step: int = 8
+    """Distinct tasks per RL step."""
+    group_size: int = 8
+    """Samples per task (the GRPO group)."""
+    temperature: float = 1.0
+    clip_eps: float = 0.2
+    normalize_std: bool = True
+    """GRPO: divide by the group's standard deviation."""
+    kl_coef: float = 0.0
+    """Weight of the KL-to-reference loss (0: no reference model is kept)."""
+    kl_estimator: str = "k3"
+    aggregation: str = "token-mean"
+    epochs: int = 1
+    """Passes over each batch of rollouts."""
+    minibatch_size: int = 64
+    """Trajectories per optimizer step."""
+
+
+@dataclass
+class ScheduleConfig:
+    """ScalingInter-RL horizon schedule: `horizons[i]` turns during stage i."""
+
+    kind: str = "stepwise"
+    horizons: list[int] = field(default_factory=lambda: [6, 13, 20])
+    every: int = 100
+
+
+@dataclass
+class TrainLoopConfig:
+    """Length of training and how often to validate, log and save."""
+
+    steps: int = 300
+    validate_every: int = 50
+    """Evaluate on held-out items every k steps (0 disables)."""
+    validation_episodes: int = 30
+    validation_temperature: float = 0.0
+    """Sampling temperature of validation (0 = greedy: no sampling noise in the estimate)."""
+    save_every: int = 100
+    save_trajectories: bool = True
+
+
+@dataclass
+class TrainConfig:
+    """A whole RL run."""
+
+    run_name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.output_dir) / self.run_name
+
+
+def _convert(value: Any, annotation: Any, where: str) -> Any:
+    origin = typing.get_origin(annotation)
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise UserError(f"config key '{where}' must be a mapping, got {value!r}")
+        return from_dict(annotation, value, where)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(annotation)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _convert(value, option, where)
+            except UserError as error:
+                errors.append(str(error))
+        raise UserError(errors[0] if errors else f"config key '{where}' has a bad value {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"config key '{where}' must be a list, got {value!r}")
+        (item_type, *_) = typing.get_args(annotation) or (Any,)
+        return origin(_convert(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"config key '{where}' must be true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"config key '{where}' must be an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"config key '{where}' must be a number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise UserError(f"config key '{where}' must be a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """Build dataclass `cls` from nested dicts; unknown keys and wrong types raise UserError."""
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else unknown[0]
+        raise UserError(f"unknown config key '{key}'; known here: {', '.join(sorted(names))}")
+    kwargs = {k: _convert(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ValueError as error:
+        raise UserError(f"bad config{' in ' + where if where else ''}: {error}") from None
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply one `a.b.c=value` override in place; the value is parsed as YAML."""
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"override {override!r} is not of the form key=value")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise UserError(f"override {override!r}: the value is not valid YAML") from None
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override {override!r}: '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    source = Path(path)
+    if not source.is_file():
+        raise UserError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(source.read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"config file {str(path)!r}{line} is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config file {str(path)!r} must hold a mapping at the top level")
+    return data
+
+
+def load_train_config(path: str | Path | None, overrides: list[str] = ()) -> TrainConfig:
+    """Load a `TrainConfig` from YAML (or defaults when `path` is None) plus overrides."""
+    data = load_yaml(path) if path is not None else {}
+    for override in overrides:
+        apply_override(data, override)
+    return from_dict(TrainConfig, data)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)

@@ -1,0 +1,90 @@
+"""The text environment API every environment implements (Gymnasium-shaped).
+
+An environment is a text game: `reset` picks a task and returns the first observation,
+`step` takes the agent's action text and returns the next observation. Terminated (the
+episode ended by success or failure) is kept apart from truncated (a step or turn limit
+cut it short), as in Gymnasium's `Env.step`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class EnvStateError(RuntimeError):
+    """The environment was used out of order (e.g. `step` before `reset`)."""
+
+
+class TextEnv(ABC):
+    """A text environment.
+
+    Subclasses set `env_id` and implement `reset`, `step` and (when they hold resources)
+    `close`. `info` dicts always carry `item_id` and, from `step`, `success` (bool) and
+    `invalid_action` (bool: the action was not understood or not possible; the observation
+    says why and the turn still counts).
+    """
+
+    env_id: str = ""
+    #: What the agent is told about the game and the answer format (a system prompt).
+    instruction: str = ""
+
+    @abstractmethod
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        """Start the task `item_id` (an index, or a string `"<env>_<index>"`).
+
+        Args:
+            item_id: which task; the same id always gives the same task. None picks one
+                from `seed`.
+            seed: randomness for anything the item does not fix (e.g. sampling).
+        Returns:
+            (observation, info) with info["item_id"] the canonical string id.
+        """
+
+    @abstractmethod
+    def step(self, action: str) -> StepResult:
+        """Apply one action (plain text, or a ReAct reply holding one `Action:` line).
+
+        Returns:
+            (observation, reward, terminated, truncated, info). An invalid action is not an
+            exception: the observation explains it and info["invalid_action"] is True.
+        Raises:
+            EnvStateError: when called before `reset` or after the episode ended.
+        """
+
+    def close(self) -> None:
+        """Release resources. Safe to call more than once."""
+
+    def available_actions(self) -> list[str] | None:
+        """The actions that make sense now, when the environment can list them (else None)."""
+        return None
+
+    @property
+    def unwrapped(self) -> "TextEnv":
+        """The innermost environment (experts read its internal state)."""
+        return self
+
+    def __enter__(self) -> "TextEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_item_index(item_id: int | str, env_id: str) -> int:
+    """Turn `12`, `"12"` or `"babyai_12"` into 12; anything else raises ValueError."""
+    if isinstance(item_id, int):
+        index = item_id
+    else:
+        text = str(item_id)
+        prefix = f"{env_id}_"
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+        if not text.isdigit():
+            raise ValueError(f"item id {item_id!r} is not '<index>' or '{env_id}_<index>'")
+        index = int(text)
+    if index < 0:
+        raise ValueError(f"item id {item_id!r} is negative")
+    return index

@@ -1,0 +1,61 @@
+"""`check_env`: the API contract every registered environment must keep."""
+
+from __future__ import annotations
+
+from .base import EnvStateError, TextEnv
+
+
+def _check_step_result(result: object) -> None:
+    assert isinstance(result, tuple) and len(result) == 5, "step must return a 5-tuple"
+    obs, reward, terminated, truncated, info = result
+    assert isinstance(obs, str), f"observation must be str, got {type(obs).__name__}"
+    assert isinstance(reward, (int, float)) and not isinstance(reward, bool), "reward must be a number"
+    assert isinstance(terminated, bool) and isinstance(truncated, bool), "terminated/truncated must be bool"
+    assert isinstance(info, dict), "info must be a dict"
+    assert isinstance(info.get("success"), bool), "info['success'] must be a bool"
+    assert isinstance(info.get("invalid_action"), bool), "info['invalid_action'] must be a bool"
+
+
+def check_env(env: TextEnv, item_id: int | str = 0, actions: list[str] | None = None) -> None:
+    """Assert the `TextEnv` contract; raises AssertionError naming the broken rule.
+
+    Checks: step before reset raises `EnvStateError`; reset returns (str, dict with
+    "item_id"); reset is deterministic for an item; the same actions give the same
+    observations; an unparsable action is answered, not raised; close twice is safe.
+
+    Args:
+        env: a fresh environment (it is closed at the end).
+        item_id: the item to play.
+        actions: actions to replay; by default the first available action, or "look".
+    """
+    try:
+        env.step("look")
+    except EnvStateError:
+        pass
+    else:
+        raise AssertionError("step before reset must raise EnvStateError")
+
+    def play() -> list[tuple]:
+        obs, info = env.reset(item_id, seed=0)
+        assert isinstance(obs, str) and obs, "reset must return a non-empty observation"
+        assert isinstance(info, dict) and "item_id" in info, "reset info must hold 'item_id'"
+        trace: list[tuple] = [(obs, info["item_id"])]
+        script = actions
+        if script is None:
+            available = env.available_actions()
+            script = [available[0] if available else "look"] * 3
+        for action in [*script, "!!not an action!!"]:
+            result = env.step(action)
+            _check_step_result(result)
+            obs, reward, terminated, truncated, info = result
+            trace.append((obs, reward, terminated, truncated))
+            if action == "!!not an action!!":
+                assert info["invalid_action"], "a nonsense action must set info['invalid_action']"
+            if terminated or truncated:
+                break
+        return trace
+
+    first, second = play(), play()
+    assert first == second, "the same item and actions must give the same observations"
+    env.close()
+    env.close()

@@ -1,0 +1,19 @@
+"""Extracting the action from a ReAct reply ("Thought: ...\\nAction: ...")."""
+
+from __future__ import annotations
+
+import re
+
+_ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+def extract_action(text: str) -> str | None:
+    """Return the action of a ReAct reply, or the whole text when it has no `Action:` line.
+
+    The last `Action:` line wins (a model that "corrects itself" means the later one).
+    Returns None for an empty reply or an empty `Action:` line.
+    """
+    matches = _ACTION_LINE.findall(text)
+    action = matches[-1] if matches else text.strip()
+    action = action.strip().strip("`").strip().rstrip(".")
+    return action or None

@@ -1,0 +1,95 @@
+"""Environments registered by string id with `"module:attr"` entry points.
+
+Entry points are imported lazily so that `agentgym-rl envs` does not import every
+environment's dependencies.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import UserError
+from .base import TextEnv
+from .tasks import SPLITS, Task
+from .wrappers import TurnLimit
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one environment and list its tasks.
+
+    Attributes:
+        env_id: the name users type, e.g. "babyai".
+        entry_point: "module:Class" of the `TextEnv`.
+        tasks_entry_point: "module:function"; function(split) -> list[Task].
+        max_turns: default turn limit for evaluation (the paper's limits).
+        expert_entry_point: "module:Class" of the expert policy, if there is one.
+        kwargs: default constructor arguments.
+    """
+
+    env_id: str
+    entry_point: str
+    tasks_entry_point: str
+    max_turns: int
+    expert_entry_point: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(spec: EnvSpec) -> None:
+    if spec.env_id in _REGISTRY:
+        raise ValueError(f"environment {spec.env_id!r} is already registered")
+    _REGISTRY[spec.env_id] = spec
+
+
+def load_entry_point(entry_point: str) -> Callable[..., Any]:
+    module_name, _, attr = entry_point.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def env_ids() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def spec(env_id: str) -> EnvSpec:
+    try:
+        return _REGISTRY[env_id]
+    except KeyError:
+        raise UserError(f"unknown environment {env_id!r}; registered: {', '.join(env_ids())}") from None
+
+
+def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
+    """Build a registered environment, wrapped in a `TurnLimit` when `max_turns` is given."""
+    env_spec = spec(env_id)
+    env = load_entry_point(env_spec.entry_point)(**{**env_spec.kwargs, **kwargs})
+    return TurnLimit(env, max_turns) if max_turns is not None else env
+
+
+def tasks(env_id: str, split: str) -> list[Task]:
+    """The tasks of a split ("train" or "test"), in a fixed order."""
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    return load_entry_point(spec(env_id).tasks_entry_point)(split)
+
+
+def make_expert(env_id: str) -> Any:
+    """The expert policy of an environment (see `agent.policies.Policy`)."""
+    env_spec = spec(env_id)
+    if env_spec.expert_entry_point is None:
+        raise UserError(f"environment {env_id!r} has no expert policy")
+    return load_entry_point(env_spec.expert_entry_point)()
+
+
+register(
+    EnvSpec(
+        env_id="babyai",
+        entry_point="agentgym_rl.envs.babyai.env:BabyAIEnv",
+        tasks_entry_point="agentgym_rl.envs.babyai.levels:babyai_tasks",
+        max_turns=20,
+        expert_entry_point="agentgym_rl.envs.babyai.expert:BabyAIExpert",
+    )
+)

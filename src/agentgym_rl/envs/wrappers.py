@@ -1,0 +1,41 @@
+"""Wrappers: one concern each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import StepResult, TextEnv
+
+
+class TurnLimit(TextEnv):
+    """Truncate an episode after `max_turns` steps (the interaction horizon)."""
+
+    def __init__(self, env: TextEnv, max_turns: int):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.env = env
+        self.max_turns = max_turns
+        self.env_id = env.env_id
+        self.instruction = env.instruction
+        self.turns = 0
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        self.turns = 0
+        return self.env.reset(item_id, seed)
+
+    def step(self, action: str) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.turns += 1
+        if self.turns >= self.max_turns and not terminated:
+            truncated = True
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.env.close()
+
+    def available_actions(self) -> list[str] | None:
+        return self.env.available_actions()
+
+    @property
+    def unwrapped(self) -> TextEnv:
+        return self.env.unwrapped

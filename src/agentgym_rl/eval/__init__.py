@@ -1,0 +1,1 @@
+"""Evaluation: Avg@n, Pass@k, per category, reports and plots."""

@@ -1,0 +1,79 @@
+"""Evaluate a policy (a model folder, the expert, or random) on a split of an environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..envs import registry
+from ..errors import UserError
+from ..rollout.engine import ModelPolicy, RolloutConfig, RolloutEngine
+from ..rollout.trajectory import Trajectory
+from .metrics import summarize
+from .policies import RandomPolicy
+
+
+def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int) -> Any:
+    """"expert", "random", a model folder path, or an already built policy object."""
+    if not isinstance(policy, str):
+        return policy
+    if policy == "expert":
+        return registry.make_expert(env_id)
+    if policy == "random":
+        return RandomPolicy(seed)
+    if not Path(policy).exists():
+        raise UserError(f"policy {policy!r} is neither 'expert', 'random' nor an existing model folder")
+    from ..agent.chat import ChatEncoder
+    from ..agent.generator import HFGenerator
+    from ..agent.loading import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(policy)
+    encoder = ChatEncoder(tokenizer)
+    return ModelPolicy(HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature), encoder)
+
+
+def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
+             samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
+             rollout: RolloutConfig | None = None, progress: bool = True) -> tuple[dict, list[Trajectory]]:
+    """Play the first `episodes` tasks of `split`, `samples` times each.
+
+    Returns:
+        (summary, trajectories); summary holds env, split, policy and the fields of
+        `metrics.summarize` (success = Avg@n as a fraction, pass_at_k with k = samples).
+    """
+    tasks = registry.tasks(env_id, split)
+    if episodes is not None:
+        if episodes < 1:
+            raise UserError(f"--episodes must be >= 1, got {episodes}")
+        if episodes > len(tasks):
+            raise UserError(f"the {split} split of {env_id} has {len(tasks)} items; asked for {episodes}")
+        tasks = tasks[:episodes]
+    if samples < 1:
+        raise UserError(f"--samples must be >= 1, got {samples}")
+    horizon = max_turns or registry.spec(env_id).max_turns
+    if horizon < 1:
+        raise UserError(f"--max-turns must be >= 1, got {horizon}")
+    agent = make_policy(env_id, policy, temperature, seed)
+    engine = RolloutEngine(lambda: registry.make(env_id), rollout or RolloutConfig())
+    from tqdm import tqdm
+
+    with tqdm(total=len(tasks) * samples, desc=f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:
+        trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
+    summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
+               "max_turns": horizon, "temperature": temperature, **summarize(trajectories)}
+    return summary, trajectories
+
+
+def format_table(summary: dict, title: str | None = None) -> str:
+    """A plain-text table of overall and per-category success."""
+    rows = [("overall", summary["episodes"], summary["success"], summary["pass_at_k"])]
+    for category, success in summary["by_category"].items():
+        rows.append((category, None, success, summary["pass_at_k_by_category"][category]))
+    k = summary["k"]
+    lines = [title or f"{summary['env']} {summary['split']} — policy {summary['policy']}",
+             f"{'category':<12}{'Avg@' + str(summary['samples']):>10}{'Pass@' + str(k):>10}"]
+    lines += [f"{name:<12}{100 * s:>9.1f}%{100 * p:>9.1f}%" for name, _, s, p in rows]
+    lines.append(f"items {summary['episodes']} × samples {summary['samples']}, avg reward "
+                 f"{summary['avg_reward']:.3f}, avg turns {summary['avg_turns']:.1f}, "
+                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%, errors {summary['errors']}")
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""Success metrics over repeated samples (pure functions)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from math import comb
+
+from ..rollout.trajectory import Trajectory
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c successes (Chen et al. 2021, eq. 1):
+    1 − C(n−c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
+    """Avg@n (mean success over every sample), Pass@k, mean reward, per category.
+
+    Trajectories of one item are its samples; k defaults to the number of samples per item.
+
+    Returns:
+        {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "avg_turns",
+         "invalid_action_rate", "errors", "by_category": {name: success}, "pass_at_k_by_category"}
+    """
+    by_item: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        by_item[t.item_id].append(t)
+    if not by_item:
+        raise ValueError("no trajectories to summarize")
+    samples = min(len(v) for v in by_item.values())
+    k = k or samples
+    item_pass = {item: pass_at_k(len(ts), sum(t.success for t in ts), k) for item, ts in by_item.items()}
+    categories: dict[str, list[Trajectory]] = defaultdict(list)
+    category_items: dict[str, list[str]] = defaultdict(list)
+    for item, ts in by_item.items():
+        categories[ts[0].category] += ts
+        category_items[ts[0].category].append(item)
+    turns = sum(t.turns for t in trajectories)
+    return {
+        "episodes": len(by_item),
+        "samples": samples,
+        "success": sum(t.success for t in trajectories) / len(trajectories),
+        "pass_at_k": sum(item_pass.values()) / len(item_pass),
+        "k": k,
+        "avg_reward": sum(t.reward for t in trajectories) / len(trajectories),
+        "avg_turns": turns / len(trajectories),
+        "invalid_action_rate": sum(t.invalid_actions for t in trajectories) / max(turns, 1),
+        "errors": sum(t.error is not None for t in trajectories),
+        "by_category": {c: sum(t.success for t in ts) / len(ts) for c, ts in sorted(categories.items())},
+        "pass_at_k_by_category": {
+            c: sum(item_pass[i] for i in items) / len(items) for c, items in sorted(category_items.items())
+        },
+    }

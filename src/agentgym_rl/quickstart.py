@@ -1,0 +1,61 @@
+"""The quickstart: build the tiny model, warm it up on expert demonstrations, evaluate,
+train with GRPO + ScalingInter-RL, evaluate again, report."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from importlib import resources
+from pathlib import Path
+
+from .config import load_train_config
+from .eval.evaluate import format_table
+from .eval.plots import plot_run
+from .train.rl import RLTrainer
+
+QUICKSTART_CONFIG = resources.files("agentgym_rl") / "configs" / "quickstart.yaml"
+
+
+def standard_error(p: float, n: int) -> float:
+    """Binomial standard error of a success rate measured on n episodes."""
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else 0.0
+
+
+def before_after_table(before: dict, after: dict) -> str:
+    categories = sorted(set(before["by_category"]) | set(after["by_category"]))
+    lines = [f"{'category':<10}{'before RL':>11}{'after RL':>10}{'change':>9}"]
+    for name, b, a in [("overall", before["success"], after["success"])] + [
+        (c, before["by_category"].get(c, 0.0), after["by_category"].get(c, 0.0)) for c in categories
+    ]:
+        lines.append(f"{name:<10}{100 * b:>10.1f}%{100 * a:>9.1f}%{100 * (a - b):>+8.1f}")
+    return "\n".join(lines)
+
+
+def run_quickstart(overrides: list[str] = (), log=print) -> dict:
+    """Run the whole quickstart; returns {"before", "after", "seconds", "run_dir"}."""
+    began = time.time()
+    with resources.as_file(QUICKSTART_CONFIG) as path:
+        config = load_train_config(path, list(overrides))
+    trainer = RLTrainer(config, log=log)
+    validations = trainer.fit()
+    before, after = validations[0], validations[-1]
+    seconds = time.time() - began
+    n = after["episodes"]
+    delta = after["success"] - before["success"]
+    noise = math.hypot(standard_error(before["success"], n), standard_error(after["success"], n))
+    image = plot_run(trainer.run_dir)
+    report = {"before": before, "after": after, "seconds": seconds, "run_dir": str(trainer.run_dir),
+              "delta": delta, "delta_standard_error": noise}
+    (trainer.run_dir / "report" / "quickstart.json").write_text(json.dumps(report, indent=2))
+    log("")
+    log(format_table(before, title=f"after the expert warm-up (step 0), {config.env.id} {config.env.eval_split}"))
+    log("")
+    log(format_table(after, title=f"after {config.train.steps} RL steps ({config.algo.name} + ScalingInter-RL)"))
+    log("")
+    log(before_after_table(before, after))
+    log(f"\nRL changed success by {100 * delta:+.1f} points (standard error of the difference "
+        f"{100 * noise:.1f} points, {n} items, validation temperature "
+        f"{config.train.validation_temperature})")
+    log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
+    return report

@@ -1,0 +1,188 @@
+"""The multi-turn rollout engine.
+
+Many episodes (tasks × samples) advance together, one turn at a time: all active episodes'
+prompts go to the generator as one batch, then all environments step in a thread pool.
+Token ids are built exactly as sampled (see `agent.chat`). An environment that raises ends
+only its own episode, which is kept and marked with the error (ARCHITECTURE.md, decision 7).
+"""
+
+from __future__ import annotations
+
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from ..agent.chat import ChatEncoder
+from ..agent.generator import Generator
+from ..envs.base import TextEnv
+from ..envs.tasks import Task
+from .trajectory import Trajectory
+
+
+class ScriptedPolicy(Protocol):
+    """A policy that acts in text from the environment's state (expert, random)."""
+
+    def act(self, env: TextEnv) -> str: ...
+
+
+@dataclass
+class ModelPolicy:
+    """A language model acting through a `Generator`, encoded token-exactly by `encoder`."""
+
+    generator: Generator
+    encoder: ChatEncoder
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are run."""
+
+    max_new_tokens: int = 48
+    """Token limit of one reply."""
+    max_context: int = 4096
+    """Token limit of a whole episode; an episode that would exceed it is truncated."""
+    env_workers: int = 4
+    """Threads stepping environments (helps envs that wait on I/O: HTTP, JVM, browser)."""
+    system_prompt: bool = True
+    """Open each conversation with the environment's instruction as a system message."""
+
+
+@dataclass
+class _Episode:
+    task: Task
+    group: int
+    env: TextEnv
+    record: Trajectory
+    done: bool = False
+    ids: list[int] = field(default_factory=list)
+
+
+class RolloutEngine:
+    """Runs episodes of tasks with a model or scripted policy.
+
+    Args:
+        make_env: builds a fresh environment (in-process, HTTP client, ... — any `TextEnv`).
+        config: token limits, threads and prompt options.
+    """
+
+    def __init__(self, make_env: Callable[[], TextEnv], config: RolloutConfig | None = None):
+        self.make_env = make_env
+        self.config = config or RolloutConfig()
+
+    def run(self, tasks: list[Task], policy: ModelPolicy | ScriptedPolicy, max_turns: int,
+            samples: int = 1, seed: int = 0, progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
+        """Play each task `samples` times, at most `max_turns` environment steps each.
+
+        Args:
+            tasks: the tasks; task k's samples get `group` k.
+            policy: a `ModelPolicy` or a `ScriptedPolicy`.
+            max_turns: the interaction horizon.
+            samples: episodes per task.
+            seed: passed to every `reset`.
+            progress: called with the number of episodes that just finished.
+        Returns:
+            trajectories ordered task by task, samples together.
+        """
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
+            episodes = list(pool.map(lambda job: self._start(*job, policy, seed),
+                                     [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]))
+            self._report(episodes, progress)
+            while active := [e for e in episodes if not e.done]:
+                replies = self._act(active, policy)
+                list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
+                self._report(active, progress)
+        return [e.record for e in episodes]
+
+    def _start(self, task: Task, group: int, policy: Any, seed: int) -> _Episode:
+        record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)
+        episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
+        try:
+            episode.env = self.make_env()
+            observation, _ = episode.env.reset(task.index, seed=seed)
+        except Exception as error:  # noqa: BLE001 — failures are data
+            return self._fail(episode, error)
+        if self.config.system_prompt and episode.env.instruction:
+            record.messages.append({"role": "system", "content": episode.env.instruction})
+        record.messages.append({"role": "user", "content": observation})
+        if isinstance(policy, ModelPolicy):
+            episode.ids = policy.encoder.start(record.messages)
+            record.input_ids = list(episode.ids)
+            record.loss_mask = [0] * len(episode.ids)
+            record.logprobs = [0.0] * len(episode.ids)
+            if len(episode.ids) + self.config.max_new_tokens > self.config.max_context:
+                record.truncated = True
+                self._finish(episode)
+        return episode
+
+    def _act(self, active: list[_Episode], policy: Any) -> list[str]:
+        if not isinstance(policy, ModelPolicy):
+            return [policy.act(e.env) for e in active]
+        generations = policy.generator.generate([e.ids for e in active], self.config.max_new_tokens)
+        replies = []
+        for episode, gen in zip(active, generations):
+            ids, mask, logprobs = list(gen.ids), [1] * len(gen.ids), list(gen.logprobs)
+            if not gen.finished:
+                # Close the turn so the conversation stays well-formed; not trained on.
+                ids.append(policy.encoder.end_of_turn_id)
+                mask.append(0)
+                logprobs.append(0.0)
+            self._extend(episode, ids, mask, logprobs)
+            replies.append(policy.encoder.decode_reply(gen.ids))
+        return replies
+
+    def _step(self, episode: _Episode, reply: str, policy: Any, max_turns: int) -> None:
+        record = episode.record
+        record.messages.append({"role": "assistant", "content": reply})
+        try:
+            observation, reward, terminated, truncated, info = episode.env.step(reply)
+        except Exception as error:  # noqa: BLE001 — failures are data
+            self._fail(episode, error)
+            return
+        record.messages.append({"role": "user", "content": observation})
+        record.turn_rewards.append(float(reward))
+        record.success = record.success or bool(info.get("success", False))
+        record.invalid_actions += int(bool(info.get("invalid_action", False)))
+        record.terminated = terminated
+        record.truncated = truncated or (not terminated and record.turns >= max_turns)
+        if terminated or record.truncated:
+            self._finish(episode)
+            return
+        if isinstance(policy, ModelPolicy):
+            delta = policy.encoder.user_delta(record.messages[:-1], observation)
+            if len(episode.ids) + len(delta) + self.config.max_new_tokens > self.config.max_context:
+                record.truncated = True
+                self._finish(episode)
+                return
+            self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
+
+    @staticmethod
+    def _extend(episode: _Episode, ids: list[int], mask: list[int], logprobs: list[float]) -> None:
+        episode.ids += ids
+        episode.record.input_ids += ids
+        episode.record.loss_mask += mask
+        episode.record.logprobs += logprobs
+
+    def _fail(self, episode: _Episode, error: BaseException) -> _Episode:
+        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        episode.record.error = last
+        self._finish(episode)
+        return episode
+
+    @staticmethod
+    def _finish(episode: _Episode) -> None:
+        episode.done = True
+        if episode.env is not None:
+            try:
+                episode.env.close()
+            except Exception:  # noqa: BLE001 — a failing close must not lose the episode
+                pass
+
+    @staticmethod
+    def _report(episodes: list[_Episode], progress: Callable[[int], Any] | None) -> None:
+        if progress is not None:
+            finished = sum(1 for e in episodes if e.done)
+            if finished:
+                progress(finished)

@@ -1,0 +1,95 @@
+"""The `Trajectory` record: one episode, as text and as the exact token ids trained on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import UserError
+
+
+@dataclass
+class Trajectory:
+    """One episode of one task.
+
+    Token fields are empty for scripted policies (expert, random), which act in text.
+    All token lists have the same length T.
+
+    Attributes:
+        env_id, item_id, category: which task.
+        group: index of the task within its batch; samples of one task share it (GRPO groups).
+        messages: the conversation as the environment saw it ({"role", "content"} dicts):
+            system (optional), then user observation / assistant reply turns, ending with
+            the final observation.
+        input_ids: (T,) the whole conversation as token ids, exactly as sampled.
+        loss_mask: (T,) 1 on tokens the model generated, 0 on prompt/environment tokens.
+        logprobs: (T,) behaviour log-probabilities of generated tokens, 0 elsewhere.
+        turn_rewards: one reward per environment step.
+        success: the environment reported the task solved.
+        terminated, truncated: how the episode ended (truncated = turn, step or context limit).
+        invalid_actions: how many actions the environment could not use.
+        error: why the episode failed to run (an exception in the env), else None.
+    """
+
+    env_id: str
+    item_id: str
+    category: str
+    group: int = 0
+    messages: list[dict[str, str]] = field(default_factory=list)
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    turn_rewards: list[float] = field(default_factory=list)
+    success: bool = False
+    terminated: bool = False
+    truncated: bool = False
+    invalid_actions: int = 0
+    error: str | None = None
+
+    @property
+    def reward(self) -> float:
+        """The outcome reward: the sum of turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_rewards)
+
+    def to_json(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["reward"] = self.reward
+        record["turns"] = self.turns
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "Trajectory":
+        known = {k: v for k, v in record.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> None:
+    """Write one JSON object per line."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for trajectory in trajectories:
+            f.write(json.dumps(trajectory.to_json()) + "\n")
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read a JSONL file written by `save_trajectories`; errors name the file and line."""
+    source = Path(path)
+    if not source.is_file():
+        raise UserError(f"trajectory file {str(path)!r} does not exist")
+    trajectories = []
+    with source.open() as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                trajectories.append(Trajectory.from_json(json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as error:
+                raise UserError(f"{path}:{line_number}: not a trajectory record ({error})") from None
+    return trajectories

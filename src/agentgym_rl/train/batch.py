@@ -1,0 +1,51 @@
+"""Padding trajectories into tensors for the learner."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+from ..rollout.trajectory import Trajectory
+
+TokenBatch = dict[str, torch.Tensor]
+
+
+def collate(trajectories: list[Trajectory], pad_id: int) -> TokenBatch:
+    """Right-pad token records into a batch.
+
+    Returns:
+        input_ids (B, T) long, attention_mask (B, T) long, loss_mask (B, T) float,
+        old_logprobs (B, T) float (behaviour logprobs, 0 off the mask).
+    """
+    if not trajectories:
+        raise ValueError("cannot collate an empty list of trajectories")
+    width = max(len(t.input_ids) for t in trajectories)
+    batch = {
+        "input_ids": torch.full((len(trajectories), width), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros((len(trajectories), width), dtype=torch.long),
+        "loss_mask": torch.zeros((len(trajectories), width)),
+        "old_logprobs": torch.zeros((len(trajectories), width)),
+    }
+    for row, t in enumerate(trajectories):
+        n = len(t.input_ids)
+        batch["input_ids"][row, :n] = torch.tensor(t.input_ids, dtype=torch.long)
+        batch["attention_mask"][row, :n] = 1
+        batch["loss_mask"][row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
+        if t.logprobs:
+            batch["old_logprobs"][row, :n] = torch.tensor(t.logprobs, dtype=torch.float)
+    return batch
+
+
+def select(batch: TokenBatch, rows: torch.Tensor | list[int]) -> TokenBatch:
+    """The rows `rows` of every (B, ...) tensor, trimmed to their longest sequence."""
+    picked = {k: v[rows] for k, v in batch.items()}
+    width = int(picked["attention_mask"].sum(1).max().item()) if len(picked["attention_mask"]) else 0
+    return {k: (v[:, :width] if v.dim() == 2 else v) for k, v in picked.items()}
+
+
+def micro_batches(batch: TokenBatch, size: int) -> Iterator[TokenBatch]:
+    """Consecutive slices of at most `size` rows, each trimmed of padding."""
+    rows = batch["input_ids"].shape[0]
+    for start in range(0, rows, size):
+        yield select(batch, list(range(start, min(start + size, rows))))

@@ -1,0 +1,310 @@
+"""BabyAI text environment: item mapping, renderer, actions, env contract and expert."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from minigrid.core.grid import Grid
+from minigrid.core.world_object import Ball, Door, Key
+from minigrid.envs import EmptyEnv
+
+from agentgym_rl.envs.babyai.actions import Command, execute, parse_action, plan_path
+from agentgym_rl.envs.babyai.env import BabyAIEnv
+from agentgym_rl.envs.babyai.expert import BabyAIExpert
+from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, item_level
+from agentgym_rl.envs.babyai.render import describe, observe
+from agentgym_rl.envs.base import EnvStateError
+from agentgym_rl.envs.checker import check_env
+from agentgym_rl.envs.wrappers import TurnLimit
+
+
+@pytest.fixture()
+def env():
+    environment = BabyAIEnv()
+    yield environment
+    environment.close()
+
+
+def tiny_state():
+    """A 7x7 room: agent at (2, 4) facing up, a red ball at (3, 2), a grey door at (0, 3)."""
+    state = EmptyEnv(size=7)
+    state.reset(seed=0)
+    state.grid = Grid(7, 7)
+    state.grid.wall_rect(0, 0, 7, 7)
+    state.grid.set(3, 2, Ball("red"))
+    state.grid.set(0, 3, Door("grey"))
+    state.agent_pos, state.agent_dir = (2, 4), 3
+    state.mission = "go to the red ball"
+    return state
+
+
+# ------------------------------------------------------------------------ item mapping
+def test_item_mapping_level_and_seed():
+    assert item_level(0) == (LEVELS[0], 0)
+    assert item_level(40) == (LEVELS[0], 1)
+    assert item_level(93) == (LEVELS[13], 2)
+    with pytest.raises(ValueError):
+        item_level(10_000)
+
+
+def test_levels_table_is_40_registered_levels():
+    assert len(LEVELS) == 40 and len({level.name for level in LEVELS}) == 40
+    for level in LEVELS:
+        assert level.gym_id in gym.registry, level.gym_id
+        assert level.category in CATEGORIES
+
+
+def test_splits():
+    test, train = babyai_tasks("test"), babyai_tasks("train")
+    assert [task.index for task in test] == list(range(90))
+    assert train[0].index == 90 and train[-1].index == 9999 and len(train) == 9910
+    assert test[0].item_id == "babyai_0"
+    assert {task.category for task in test} == set(CATEGORIES)
+    assert all(task.category == item_level(task.index)[0].category for task in test)
+    with pytest.raises(ValueError):
+        babyai_tasks("dev")
+
+
+def test_items_0_and_40_are_one_level_with_seeds_0_and_1(env):
+    obs0, info0 = env.reset(0)
+    obs40, info40 = env.reset("babyai_40")
+    assert info0["level"] == info40["level"] == LEVELS[0].name
+    assert info0["item_id"] == "babyai_0" and info40["item_id"] == "babyai_40"
+    grid0 = gym.make(LEVELS[0].gym_id, disable_env_checker=True).unwrapped
+    grid0.reset(seed=1)
+    assert np.array_equal(grid0.grid.encode(), env.minigrid_env.grid.encode())
+
+
+# ----------------------------------------------------------------------------- renderer
+def test_renderer_on_a_hand_built_state():
+    text = describe(observe(tiny_state()))
+    lines = text.split("\n")
+    assert lines[0] == "Your goal: go to the red ball"
+    assert lines[1] == (
+        "You can see: a grey closed door 1 1 steps in front of you and 2 steps to your left; "
+        "a red ball 1 2 steps in front of you and 1 steps to your right. "
+        "You are facing a wall 4 steps away. You are not carrying anything."
+    )
+    assert json.loads(lines[2].removeprefix("Available actions: ")) == [
+        "turn left", "turn right", "move forward",
+        "go to grey door 1", "toggle and go through grey door 1",
+        "go to red ball 1", "pickup red ball 1",
+        "check available actions",
+    ]
+
+
+def test_renderer_hides_what_is_behind_the_agent_and_numbers_same_objects():
+    state = tiny_state()
+    state.grid.set(2, 5, Key("blue"))  # directly behind the agent: out of view
+    state.grid.set(4, 3, Ball("red"))  # 1 ahead, 2 right: distance 3 = the other red ball's
+    view = observe(state)
+    labels = [obj.label for obj in view.objects]
+    assert "blue key 1" not in labels
+    # Same distance: sorted by name, then by position (steps ahead first).
+    assert labels == ["grey door 1", "red ball 1", "red ball 2"]
+    assert view.find("red", "ball", 1).pos == (4, 3)
+
+
+def test_renderer_carrying_and_facing_an_object():
+    state = tiny_state()
+    state.agent_pos = (3, 3)  # the red ball is now directly in front
+    state.carrying = Key("yellow")
+    text = describe(observe(state))
+    seen = "You can see: a red ball 1 1 steps in front of you; a grey closed door 1 3 steps to your left."
+    assert seen in text
+    assert "You are facing the red ball 1, 1 steps away." in text
+    assert "You are carrying a yellow key." in text
+    assert '"drop"' in text and '"pickup red ball 1"' not in text
+
+
+# ------------------------------------------------------------------------------ actions
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("turn left", Command("turn left")),
+        ("Move Forward.", Command("move forward")),
+        ("pick up", Command("pickup")),
+        ("go to red ball 1", Command("go to", "red", "ball", 1)),
+        ("go to the gray key", Command("go to", "grey", "key", 1)),
+        ("pickup blue box 2", Command("pickup", "blue", "box", 2)),
+        ("toggle and go through yellow door 3", Command("go through", "yellow", "door", 3)),
+        ("go through red door 1", Command("go through", "red", "door", 1)),
+        ("check available actions", Command("check available actions")),
+        ("dance", None),
+        ("go to red", None),
+        ("", None),
+    ],
+)
+def test_parse_action(text, expected):
+    assert parse_action(text) == expected
+
+
+def test_go_to_faces_the_object_by_a_shortest_path():
+    state = tiny_state()
+    seen = np.ones((7, 7), dtype=bool)
+    path = plan_path(state, seen, (3, 2))
+    # From (2, 4) facing up: forward twice to (2, 2), then turn right to face (3, 2).
+    assert path == [2, 2, 1]
+    outcome = execute(parse_action("go to red ball 1"), state, seen)
+    assert outcome.error is None and len(outcome.primitives) == 3
+    assert tuple(state.front_pos) == (3, 2)
+
+
+def two_rooms(door: Door):
+    """The tiny room widened to 9x7 with a wall at x = 4 and `door` at (4, 2)."""
+    state = tiny_state()
+    state.grid, state.width = Grid(9, 7), 9
+    state.grid.wall_rect(0, 0, 9, 7)
+    state.grid.vert_wall(4, 0)
+    state.grid.set(4, 2, door)
+    return state
+
+
+def test_go_through_opens_the_door_and_steps_past_it():
+    state = two_rooms(Door("grey"))
+    seen = np.ones((9, 7), dtype=bool)
+    outcome = execute(parse_action("toggle and go through grey door 1"), state, seen)
+    assert outcome.error is None
+    assert state.grid.get(4, 2).is_open
+    assert tuple(state.agent_pos) == (5, 2) and state.agent_dir == 0
+
+
+def test_locked_door_needs_the_key_of_its_color():
+    state = two_rooms(Door("grey", is_locked=True))
+    seen = np.ones((9, 7), dtype=bool)
+    outcome = execute(parse_action("go through grey door 1"), state, seen)
+    assert outcome.error == "the grey door 1 is locked and you do not carry a grey key"
+    assert outcome.primitives == [] and tuple(state.agent_pos) == (2, 4)
+    state.carrying = Key("grey")
+    outcome = execute(parse_action("go through grey door 1"), state, seen)
+    assert outcome.error is None and state.grid.get(4, 2).is_open
+    assert tuple(state.agent_pos) == (5, 2)
+
+
+def test_go_to_object_in_view(env):
+    env.reset(0)
+    view = observe(env.minigrid_env)
+    target = next(obj for obj in view.objects if obj.color == "grey")
+    obs, reward, terminated, truncated, info = env.step(f"go to {target.label}")
+    assert not info["invalid_action"] and info["primitive_steps"] > 0
+    assert tuple(env.minigrid_env.front_pos) == target.pos
+
+
+@pytest.mark.parametrize(
+    "action, reason",
+    [
+        ("jump around", "that is not a valid action"),
+        ("go to blue key 7", "there is no blue key 7 in view"),
+        ("pickup", "there is nothing to pick up in front of you"),
+        ("drop", "you are not carrying anything"),
+        ("toggle", "there is no door or box in front of you"),
+    ],
+)
+def test_invalid_actions_are_explained_not_raised(env, action, reason):
+    first, _ = env.reset(0)
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert info["invalid_action"] is True and info["success"] is False
+    assert info["primitive_steps"] == 0 and reward == 0.0
+    assert obs == f"You cannot do that: {reason}. {first}"
+    assert not terminated and not truncated
+
+
+def test_pickup_of_a_door_and_while_carrying_are_invalid():
+    state = tiny_state()
+    seen = np.ones((7, 7), dtype=bool)
+    outcome = execute(parse_action("pickup grey door 1"), state, seen)
+    assert outcome.error == "the grey door 1 cannot be picked up"
+    state.carrying = Key("yellow")
+    outcome = execute(parse_action("pickup red ball 1"), state, seen)
+    assert outcome.error == "you are already carrying a yellow key"
+
+
+def test_react_reply_goes_through_extract_action(env):
+    env.reset(0)
+    direction = env.minigrid_env.agent_dir
+    obs, reward, terminated, truncated, info = env.step("Thought: I should look left.\nAction: turn left")
+    assert not info["invalid_action"] and info["primitive_steps"] == 1
+    assert env.minigrid_env.agent_dir == (direction - 1) % 4
+
+
+def test_check_available_actions_takes_no_step(env):
+    obs, _ = env.reset(0)
+    result = env.step("check available actions")
+    assert result[0] == obs and result[4]["primitive_steps"] == 0 and not result[4]["invalid_action"]
+    assert env.available_actions() == json.loads(obs.split("Available actions: ")[1])
+
+
+# ---------------------------------------------------------------------------- env contract
+def test_check_env_passes():
+    check_env(BabyAIEnv())
+
+
+def test_reset_is_deterministic_per_item():
+    first, second = BabyAIEnv(), BabyAIEnv()
+    for item in (3, 57, 1234):
+        assert first.reset(item) == second.reset(item)
+        assert first.reset(item)[0] == first.reset(f"babyai_{item}")[0]
+
+
+def test_reset_without_item_picks_a_train_item_from_the_seed(env):
+    _, info = env.reset(seed=5)
+    index = int(info["item_id"].removeprefix("babyai_"))
+    assert 90 <= index < 10_000 and env.reset(seed=5)[1]["item_id"] == info["item_id"]
+
+
+def test_success_reward_and_end_of_episode(env):
+    env.reset(0)  # GoToRedBallGrey: "go to the red ball", visible from the start
+    assert LEVELS[0].name == "GoToRedBallGrey"
+    obs, reward, terminated, truncated, info = env.step("go to red ball 1")
+    steps = info["primitive_steps"]
+    assert info["success"] and terminated and obs.startswith("You completed the mission.")
+    assert reward == pytest.approx(1 - 0.9 * steps / env.minigrid_env.max_steps)
+    with pytest.raises(EnvStateError):
+        env.step("turn left")
+    env.close()
+    env.close()
+    with pytest.raises(EnvStateError):
+        env.step("turn left")
+
+
+def test_sampling_rejected_is_not_printed(capsys):
+    index = next(i for i, level in enumerate(LEVELS) if level.name == "GoToObjDoor")
+    raw = gym.make(LEVELS[index].gym_id, disable_env_checker=True).unwrapped
+    raw.reset(seed=0)  # this seed is known to reject samples
+    assert "Sampling rejected" in capsys.readouterr().out
+    BabyAIEnv().reset(index)
+    assert "Sampling rejected" not in capsys.readouterr().out
+
+
+# -------------------------------------------------------------------------------- expert
+def test_expert_solves_test_items_within_20_turns():
+    env, expert = TurnLimit(BabyAIEnv(), 20), BabyAIExpert()
+    items = [0, 4, 5, 9, 16, 17, 24, 28, 31, 38]  # ten levels, up to 11 turns
+    for item in items:
+        env.reset(item)
+        for _ in range(20):
+            reply = expert.act(env)
+            assert reply.startswith("Thought: ") and "\nAction: " in reply
+            obs, reward, terminated, truncated, info = env.step(reply)
+            assert not info["invalid_action"], reply
+            if terminated or truncated:
+                break
+        assert info["success"], f"babyai_{item} ({info['level']}) not solved"
+
+
+def test_expert_is_not_fooled_by_a_repeated_item():
+    """The expert keeps state between turns; a reset of the same item must not reuse it."""
+    env, expert = BabyAIEnv(), BabyAIExpert()
+    replies = []
+    for _ in range(2):
+        env.reset(24)
+        replies.append([])
+        for _ in range(3):
+            reply = expert.act(env)
+            replies[-1].append(reply)
+            if env.step(reply)[2]:
+                break
+    assert replies[0] == replies[1]

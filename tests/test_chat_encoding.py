@@ -1,0 +1,134 @@
+"""Token-exact chat encoding: what is trained is exactly what was sampled and seen."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CounterEnv, ScriptedGenerator
+
+from agentgym_rl.agent.chat import ChatEncoder
+from agentgym_rl.agent.tiny import train_tokenizer
+from agentgym_rl.envs.tasks import Task
+from agentgym_rl.rollout.engine import ModelPolicy, RolloutConfig, RolloutEngine
+
+# Chat templates of two real model families, as their tokenizer_config.json ships them
+# (tool-calling branches left out): they differ in markers, default system prompt and trimming.
+QWEN25_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if (message.role == 'user') or (message.role == 'system' and not loop.first) or (message.role == 'assistant') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}"
+    "{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
+
+
+def make_tokenizer(family: str):
+    from conftest import CORPUS
+
+    tokenizer = train_tokenizer(CORPUS, vocab_size=400)
+    if family == "qwen2.5":
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+        tokenizer.eos_token = "<|im_end|>"
+        tokenizer.chat_template = QWEN25_TEMPLATE
+    elif family == "llama3":
+        tokenizer.add_special_tokens({"additional_special_tokens": [
+            "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
+        tokenizer.bos_token = "<|begin_of_text|>"
+        tokenizer.eos_token = "<|eot_id|>"
+        tokenizer.chat_template = LLAMA3_TEMPLATE
+    return tokenizer
+
+
+REPLIES = ["Thought: I should count.\nAction: count", "Action: look", "Thought: again.\nAction: count"]
+
+
+@pytest.mark.parametrize("family", ["tiny", "qwen2.5", "llama3"])
+def test_rollout_ids_equal_template_encoding_of_the_conversation(family):
+    tokenizer = make_tokenizer(family)
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, REPLIES, encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32))
+    [trajectory] = engine.run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
+
+    # The env saw: reset obs, then the three replies' outcomes (count, look, count -> goal 2).
+    contents = [m["content"] for m in trajectory.messages]
+    assert contents == [CounterEnv.instruction, "Goal: count to 2.", REPLIES[0], "Counter value is 1.",
+                        REPLIES[1], "Nothing happens.", REPLIES[2], "Counter value is 2."]
+    assert trajectory.success and trajectory.turns == 3 and trajectory.invalid_actions == 1
+
+    # Ids + the final observation's delta == the template's own encoding of the conversation.
+    final_delta = encoder.user_delta(trajectory.messages[:-1], trajectory.messages[-1]["content"])
+    rendered = tokenizer.apply_chat_template(trajectory.messages, tokenize=False, add_generation_prompt=True)
+    assert trajectory.input_ids + final_delta == tokenizer.encode(rendered, add_special_tokens=False)
+    assert tokenizer.decode(trajectory.input_ids + final_delta) == rendered
+
+    # The generator was fed exactly the trajectory's prefixes.
+    for prompt in generator.prompts:
+        assert trajectory.input_ids[: len(prompt)] == prompt
+
+    # loss_mask is 1 exactly on the generated tokens (reply + end-of-turn), with their logprobs.
+    generated = [t for t, m in zip(trajectory.input_ids, trajectory.loss_mask) if m]
+    expected = []
+    for reply in REPLIES:
+        expected += tokenizer.encode(reply, add_special_tokens=False) + [encoder.end_of_turn_id]
+    assert generated == expected
+    assert all((lp == -1.0) == bool(m) for lp, m in zip(trajectory.logprobs, trajectory.loss_mask))
+
+
+def test_sampled_ids_are_kept_even_when_not_canonical(tiny_tokenizer):
+    """A model may sample a split of a word that re-tokenising would merge: keep its ids."""
+    encoder = ChatEncoder(tiny_tokenizer)
+    canonical = tiny_tokenizer.encode("count", add_special_tokens=False)
+    by_chars = [tiny_tokenizer.convert_tokens_to_ids(c) for c in "count"]
+    assert canonical != by_chars  # BPE merged "count"; the split spelling is another id sequence
+
+    class CharGenerator:
+        def generate(self, prompts, max_new_tokens):
+            from agentgym_rl.agent.generator import Generation
+            return [Generation(by_chars + [encoder.end_of_turn_id], [-0.5] * 6, True) for _ in prompts]
+
+    engine = RolloutEngine(CounterEnv)
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(CharGenerator(), encoder), max_turns=1)
+    assert trajectory.messages[-2] == {"role": "assistant", "content": "count"}
+    generated = [t for t, m in zip(trajectory.input_ids, trajectory.loss_mask) if m]
+    assert generated == by_chars + [encoder.end_of_turn_id]
+
+
+def test_unfinished_reply_is_closed_with_an_untrained_end_of_turn(tiny_tokenizer):
+    encoder = ChatEncoder(tiny_tokenizer)
+    generator = ScriptedGenerator(tiny_tokenizer, ["Action: count"], encoder.end_of_turn_id, finish=False)
+    [trajectory] = RolloutEngine(CounterEnv).run([Task("counter", 2, "c")], ModelPolicy(generator, encoder), max_turns=1)
+    reply_ids = tiny_tokenizer.encode("Action: count", add_special_tokens=False)
+    start = len(encoder.start(trajectory.messages[:2]))
+    assert trajectory.input_ids[start:start + len(reply_ids) + 1] == reply_ids + [encoder.end_of_turn_id]
+    assert trajectory.loss_mask[start:start + len(reply_ids) + 1] == [1] * len(reply_ids) + [0]
+
+
+def test_encode_conversation_matches_rollout_layout(tiny_tokenizer):
+    encoder = ChatEncoder(tiny_tokenizer)
+    generator = ScriptedGenerator(tiny_tokenizer, REPLIES, encoder.end_of_turn_id)
+    [trajectory] = RolloutEngine(CounterEnv).run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    ids, mask = encoder.encode_conversation(trajectory.messages)
+    assert ids == trajectory.input_ids and mask == trajectory.loss_mask
+
+
+def test_template_without_the_end_of_turn_marker_is_a_user_error(tiny_tokenizer):
+    from agentgym_rl.errors import UserError
+
+    encoder = ChatEncoder(tiny_tokenizer, end_of_turn="<|user|>")
+    with pytest.raises(UserError, match="does not end assistant turns"):
+        encoder.user_delta([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "c")

@@ -1,0 +1,62 @@
+"""The command-line contract, run as a user would (subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "agentgym_rl.cli"]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+def test_envs_and_algos_list_one_name_per_line():
+    assert "babyai" in run("envs").stdout.split("\n")
+    assert "grpo" in run("algos").stdout.split("\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["eval", "--env", "nope", "--policy", "expert"], "unknown environment 'nope'"),
+    (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random' nor an existing model folder"),
+    (["eval", "--env", "babyai", "--policy", "expert", "--split", "dev"], "unknown split 'dev'"),
+    (["eval", "--env", "babyai", "--policy", "expert", "--episodes", "0"], "--episodes must be >= 1"),
+    (["train", "missing.yaml"], "config file 'missing.yaml' does not exist"),
+    (["train", "configs/babyai_grpo.yaml", "algo.name=ppo2"], "unknown algorithm 'ppo2'"),
+    (["train", "configs/babyai_grpo.yaml", "algo.bogus=1"], "unknown config key 'algo.bogus'"),
+    (["train", "configs/babyai_grpo.yaml", "nonsense"], "not of the form key=value"),
+    (["train", "configs/babyai_grpo.yaml", "model.path=/no/such/model"], "is not a directory with a config.json"),
+])
+def test_user_mistakes_are_one_line_errors(args, message):
+    repo = Path(__file__).resolve().parent.parent
+    result = run(*args, cwd=repo)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_eval_expert_writes_the_contracted_json(tmp_path):
+    out = tmp_path / "expert.json"
+    result = run("eval", "--env", "babyai", "--policy", "expert", "--split", "test", "--episodes", "6",
+                 "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    for key in ("env", "split", "episodes", "success", "pass_at_k", "avg_reward", "by_category"):
+        assert key in summary
+    assert summary["env"] == "babyai" and summary["episodes"] == 6 and summary["success"] == 1.0
+    assert "overall" in result.stdout
+
+
+def test_eval_random_policy_is_poor(tmp_path):
+    out = tmp_path / "random.json"
+    result = run("eval", "--env", "babyai", "--policy", "random", "--episodes", "20", "--max-turns", "5",
+                 "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["success"] < 0.6
