@@ -21,7 +21,10 @@ def tiny_tokenizer():
 
 
 class CounterEnv(TextEnv):
-    """A toy game: say "count" `item` times to win; anything else is invalid."""
+    """A toy game: say "count" 1-3 times (by item) to win; anything else is invalid.
+
+    Each valid count earns 0.1 and success 1, so rewards vary between samples even for an
+    untrained model (GRPO then always has a signal to update on)."""
 
     env_id = "counter"
     instruction = "Say count until the counter reaches the goal."
@@ -44,7 +47,8 @@ class CounterEnv(TextEnv):
             self.count += 1
         success = self.count >= self.goal
         obs = "Nothing happens." if invalid else f"Counter value is {self.count}."
-        return obs, float(success), success, False, {"success": success, "invalid_action": invalid}
+        reward = float(success) + (0.0 if invalid else 0.1)
+        return obs, reward, success, False, {"success": success, "invalid_action": invalid}
 
     def available_actions(self):
         return ["count", "look"]
@@ -72,3 +76,25 @@ class ScriptedGenerator:
                 ids = ids + [self.stop_id]
             out.append(Generation(ids, [-1.0] * len(ids), self.finish))
         return out
+
+
+class CounterExpert:
+    def act(self, env):
+        return "Thought: I should count.\nAction: count"
+
+
+def counter_tasks(split):
+    from agentgym_rl.envs.tasks import Task
+
+    indices = range(0, 30) if split == "train" else range(30, 36)
+    return [Task("counter", i, f"goal{1 + i % 3}") for i in indices]
+
+
+@pytest.fixture(scope="session")
+def counter_env_registered():
+    from agentgym_rl.envs import registry
+
+    if "counter" not in registry.env_ids():
+        registry.register(registry.EnvSpec("counter", "conftest:CounterEnv", "conftest:counter_tasks",
+                                           max_turns=3, expert_entry_point="conftest:CounterExpert"))
+    return "counter"

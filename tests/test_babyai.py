@@ -308,3 +308,13 @@ def test_expert_is_not_fooled_by_a_repeated_item():
             if env.step(reply)[2]:
                 break
     assert replies[0] == replies[1]
+
+
+def test_observations_without_the_action_list_still_answer_check_available_actions():
+    env = BabyAIEnv(list_actions=False)
+    obs, _ = env.reset(0)
+    assert "Available actions" not in obs and obs.startswith("Your goal: go to the red ball")
+    obs, *_ , info = env.step("check available actions")
+    assert 'Available actions: ["turn left"' in obs and not info["invalid_action"]
+    obs, *_ = env.step("turn left")
+    assert "Available actions" not in obs

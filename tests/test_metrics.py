@@ -38,3 +38,14 @@ def test_summarize_avg_at_n_pass_at_k_and_categories():
     assert s["by_category"] == {"A": pytest.approx(1 / 4), "B": 1.0}
     assert s["pass_at_k_by_category"] == {"A": pytest.approx(0.5), "B": 1.0}
     assert summarize(trajectories, k=1)["pass_at_k"] == pytest.approx(0.5)
+
+
+def test_paired_difference_counts_gains_and_losses():
+    from agentgym_rl.quickstart import paired_difference
+
+    before = {"a": False, "b": True, "c": False, "d": True}
+    after = {"a": True, "b": True, "c": True, "d": False}
+    mean, se, gained, lost = paired_difference(before, after)
+    # diffs 1, 0, 1, -1: mean 0.25, sample variance ((.75²)*2 + .25² + 1.25²)/3 = 2.75/3
+    assert mean == pytest.approx(0.25) and (gained, lost) == (2, 1)
+    assert se == pytest.approx((2.75 / 3 / 4) ** 0.5)

@@ -45,21 +45,40 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
 
 
-def test_resume_equals_continue(tmp_path):
-    straight = train(tmp_path, "straight", "train.steps=4")
-    halves = train(tmp_path, "halves", "train.steps=2")
-    train(tmp_path, "halves", "train.steps=4", resume=True)
-    a = load_file(straight / "checkpoints" / "step_000004" / "model" / "model.safetensors")
-    b = load_file(halves / "checkpoints" / "step_000004" / "model" / "model.safetensors")
+def test_resume_equals_continue(tmp_path, counter_env_registered):
+    """Training 4 steps straight equals training 2, stopping, and resuming for 2 more:
+    same weights, same sampled trajectories, same metrics."""
+    from agentgym_rl.config import load_train_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(name, steps, resume=False):
+        config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
+            *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", f"run_name={name}",
+            f"train.steps={steps}", "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6"])
+        RLTrainer(config, log=lambda _: None).fit(resume=resume)
+        return tmp_path / name
+
+    straight = fit("straight", 4)
+    fit("halves", 2)
+    halves = fit("halves", 4, resume=True)
+
+    def weights(run_dir, step):
+        return load_file(run_dir / "checkpoints" / f"step_{step:06d}" / "model" / "model.safetensors")
+
+    a, b = weights(straight, 4), weights(halves, 4)
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+    for step in (3, 4):
+        name = f"trajectories/step_{step:06d}.jsonl"
+        assert (straight / name).read_text() == (halves / name).read_text()
 
     def comparable(run_dir):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
-    assert comparable(straight) == comparable(halves)
-    # and training moved the weights away from the warm-started checkpoint of step 2
-    c = load_file(halves / "checkpoints" / "step_000002" / "model" / "model.safetensors")
-    assert any(not torch.equal(a[k], c[k]) for k in a)
+    rows = comparable(straight)
+    assert rows == comparable(halves)
+    # The resumed steps really trained: an update happened after step 2 and moved the weights.
+    assert any(r["update/trajectories"] > 0 for r in rows if r["step"] > 2)
+    assert any(not torch.equal(a[k], weights(halves, 2)[k]) for k in a)

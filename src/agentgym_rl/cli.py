@@ -45,12 +45,22 @@ def eval_command(
     seed: int = typer.Option(0, help="Seed of resets and the random policy."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     trajectories: Optional[Path] = typer.Option(None, help="Write the episodes as JSONL here."),
+    env_arg: Optional[List[str]] = typer.Option(None, help="Environment argument key=value (repeatable), "
+                                                "e.g. list_actions=false for a quickstart model."),
+    system_prompt: bool = typer.Option(False, help="Open conversations with the environment's instruction "
+                                       "(as the model was trained: the quickstart does not)."),
 ) -> None:
     """Evaluate a policy: Avg@n and Pass@k, overall and per category."""
+    from .config import apply_override
     from .eval.evaluate import evaluate, format_table
+    from .rollout.engine import RolloutConfig
     from .rollout.trajectory import save_trajectories
 
-    summary, episodes_run = evaluate(env, policy, split, episodes, samples, max_turns, temperature, seed)
+    env_kwargs: dict = {}
+    for item in env_arg or []:
+        apply_override(env_kwargs, item)
+    summary, episodes_run = evaluate(env, policy, split, episodes, samples, max_turns, temperature, seed,
+                                     RolloutConfig(system_prompt=system_prompt), env_kwargs=env_kwargs)
     typer.echo(format_table(summary))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,8 @@ class EnvConfig:
     id: str = "babyai"
     train_split: str = "train"
     eval_split: str = "test"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
 
 
 @dataclass
@@ -92,6 +94,8 @@ class TrainLoopConfig:
     validate_every: int = 50
     """Evaluate on held-out items every k steps (0 disables)."""
     validation_episodes: int = 30
+    validation_max_turns: int | None = None
+    """Turn limit of validation; null uses the environment's evaluation limit (BabyAI: 20)."""
     validation_temperature: float = 0.0
     """Sampling temperature of validation (0 = greedy: no sampling noise in the estimate)."""
     save_every: int = 100
@@ -143,6 +147,10 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
             raise UserError(f"config key '{where}' must be a list, got {value!r}")
         (item_type, *_) = typing.get_args(annotation) or (Any,)
         return origin(_convert(v, item_type, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise UserError(f"config key '{where}' must be a mapping, got {value!r}")
+        return dict(value)
     if annotation is bool:
         if not isinstance(value, bool):
             raise UserError(f"config key '{where}' must be true or false, got {value!r}")

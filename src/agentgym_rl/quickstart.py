@@ -17,9 +17,15 @@ from .train.rl import RLTrainer
 QUICKSTART_CONFIG = resources.files("agentgym_rl") / "configs" / "quickstart.yaml"
 
 
-def standard_error(p: float, n: int) -> float:
-    """Binomial standard error of a success rate measured on n episodes."""
-    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else 0.0
+def paired_difference(before: dict[str, bool], after: dict[str, bool]) -> tuple[float, float, int, int]:
+    """Mean change in success over the same items, its standard error, and how many items
+    were gained and lost (the two evaluations share items, so the paired error applies)."""
+    items = sorted(before)
+    diffs = [float(after[i]) - float(before[i]) for i in items]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
 
 
 def before_after_table(before: dict, after: dict) -> str:
@@ -42,11 +48,10 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     before, after = validations[0], validations[-1]
     seconds = time.time() - began
     n = after["episodes"]
-    delta = after["success"] - before["success"]
-    noise = math.hypot(standard_error(before["success"], n), standard_error(after["success"], n))
+    delta, noise, gained, lost = paired_difference(before["item_success"], after["item_success"])
     image = plot_run(trainer.run_dir)
     report = {"before": before, "after": after, "seconds": seconds, "run_dir": str(trainer.run_dir),
-              "delta": delta, "delta_standard_error": noise}
+              "delta": delta, "delta_standard_error": noise, "items_gained": gained, "items_lost": lost}
     (trainer.run_dir / "report" / "quickstart.json").write_text(json.dumps(report, indent=2))
     log("")
     log(format_table(before, title=f"after the expert warm-up (step 0), {config.env.id} {config.env.eval_split}"))
@@ -54,8 +59,8 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     log(format_table(after, title=f"after {config.train.steps} RL steps ({config.algo.name} + ScalingInter-RL)"))
     log("")
     log(before_after_table(before, after))
-    log(f"\nRL changed success by {100 * delta:+.1f} points (standard error of the difference "
-        f"{100 * noise:.1f} points, {n} items, validation temperature "
+    log(f"\nRL changed test success by {100 * delta:+.1f} points: {gained} items gained, {lost} lost "
+        f"(paired standard error {100 * noise:.1f} points over {n} items, validation temperature "
         f"{config.train.validation_temperature})")
     log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
     return report

@@ -34,7 +34,8 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int) -
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
-             rollout: RolloutConfig | None = None, progress: bool = True) -> tuple[dict, list[Trajectory]]:
+             rollout: RolloutConfig | None = None, progress: bool = True,
+             env_kwargs: dict | None = None) -> tuple[dict, list[Trajectory]]:
     """Play the first `episodes` tasks of `split`, `samples` times each.
 
     Returns:
@@ -54,7 +55,12 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     agent = make_policy(env_id, policy, temperature, seed)
-    engine = RolloutEngine(lambda: registry.make(env_id), rollout or RolloutConfig())
+    env_kwargs = env_kwargs or {}
+    try:
+        registry.make(env_id, **env_kwargs).close()
+    except TypeError as error:
+        raise UserError(f"bad environment arguments for {env_id!r}: {error}") from None
+    engine = RolloutEngine(lambda: registry.make(env_id, **env_kwargs), rollout or RolloutConfig())
     from tqdm import tqdm
 
     with tqdm(total=len(tasks) * samples, desc=f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:

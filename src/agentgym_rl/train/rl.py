@@ -59,7 +59,11 @@ class RLTrainer:
         self.run_dir = config.run_dir
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
-        self.engine = RolloutEngine(lambda: registry.make(config.env.id), config.rollout)
+        try:
+            registry.make(config.env.id, **config.env.kwargs).close()
+        except TypeError as error:
+            raise UserError(f"bad env.kwargs for {config.env.id!r}: {error}") from None
+        self.engine = RolloutEngine(lambda: registry.make(config.env.id, **config.env.kwargs), config.rollout)
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
@@ -73,8 +77,9 @@ class RLTrainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
             torch.manual_seed(cfg.seed)
-            model, tokenizer = prepare_policy(cfg.model.path, cfg.model.tiny, cfg.env.id, cfg.model.corpus_episodes,
-                                              cfg.warmup, cfg.rollout, self.run_dir, cfg.seed, self.log)
+            model, tokenizer = prepare_policy(cfg.model.path, cfg.model.tiny, cfg.env.id, cfg.env.kwargs,
+                                              cfg.model.corpus_episodes, cfg.warmup, cfg.rollout, self.run_dir,
+                                              cfg.seed, self.log)
             start = 0
         else:
             from ..agent.loading import load_model_and_tokenizer
@@ -191,13 +196,17 @@ class RLTrainer:
     # ------------------------------------------------------------------ validate and save
     def validate(self, step: int) -> dict[str, Any]:
         """Success on held-out items at the evaluation horizon; logged as val/*."""
-        horizon = registry.spec(self.config.env.id).max_turns
-        trajectories = self.engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed)
+        from tqdm import tqdm
+
+        horizon = self.config.train.validation_max_turns or registry.spec(self.config.env.id).max_turns
+        with tqdm(total=len(self.val_tasks), desc=f"validation (step {step})", unit="ep", leave=False) as bar:
+            trajectories = self.engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed,
+                                           progress=bar.update)
         stats = summarize(trajectories)
         self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
                                 **{f"val/success/{c}": v for c, v in stats["by_category"].items()}})
         self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items")
-        return {"step": step, **stats}
+        return {"step": step, **stats, "item_success": {t.item_id: t.success for t in trajectories}}
 
     def save(self, step: int) -> None:
         folder = self.run_dir / "checkpoints" / f"step_{step:06d}"

@@ -39,17 +39,21 @@ def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: in
                seed: int = 0, progress: Any = None) -> list[float]:
     """Train on `data` (encoded trajectories) for `epochs` shuffled passes.
 
+    Batches hold trajectories of similar length (padding is most of the cost of multi-turn
+    data, and attention grows with the square of the length); their order is shuffled.
+
     Returns:
         the mean loss of each epoch.
     """
     rng = random.Random(seed)
-    order = list(range(len(data)))
+    by_length = sorted(range(len(data)), key=lambda i: len(data[i].input_ids))
+    batches = [by_length[start:start + batch_size] for start in range(0, len(by_length), batch_size)]
     epoch_losses = []
     for _ in range(epochs):
-        rng.shuffle(order)
+        rng.shuffle(batches)
         losses = []
-        for start in range(0, len(order), batch_size):
-            batch = collate([data[i] for i in order[start:start + batch_size]], pad_id)
+        for rows in batches:
+            batch = collate([data[i] for i in rows], pad_id)
             losses.append(learner.update(batch, nll_loss)["loss"])
             if progress is not None:
                 progress(1)

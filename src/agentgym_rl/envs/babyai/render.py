@@ -197,8 +197,9 @@ def _position(obj: VisibleObject) -> str:
     return " and ".join(parts)
 
 
-def describe(view: View) -> str:
-    """The observation text: goal, objects in view, what is ahead, inventory, actions."""
+def describe(view: View, list_actions: bool = True) -> str:
+    """The observation text: goal, objects in view, what is ahead, inventory, and (unless
+    `list_actions` is False) the available actions."""
     if view.objects:
         listed = "; ".join(f"a {obj.described} {_position(obj)}" for obj in view.objects)
         seen = f"You can see: {listed}."
@@ -214,8 +215,7 @@ def describe(view: View) -> str:
         carrying = "You are not carrying anything."
     else:
         carrying = f"You are carrying a {view.carrying[0]} {view.carrying[1]}."
-    return (
-        f"Your goal: {view.mission}\n"
-        f"{seen} {ahead} {carrying}\n"
-        f"Available actions: {json.dumps(available_actions(view))}"
-    )
+    text = f"Your goal: {view.mission}\n{seen} {ahead} {carrying}"
+    if list_actions:
+        text += f"\nAvailable actions: {json.dumps(available_actions(view))}"
+    return text
