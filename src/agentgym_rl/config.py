@@ -52,6 +52,8 @@ class WarmupConfig:
     epochs: int = 3
     lr: float = 2e-3
     batch_size: int = 16
+    max_tokens: int = 4096
+    """Skip demonstrations longer than this (attention cost grows with the square of length)."""
 
 
 @dataclass

@@ -61,7 +61,8 @@ def prepare_policy(model_path: str | None, tiny_config: Any, env_id: str, env_kw
         model, tokenizer = load_model_and_tokenizer(model_path)
     if warmup.episodes:
         successes = [t for t in demos[:warmup.episodes] if t.success]
-        data = encode_demonstrations(ChatEncoder(tokenizer), successes)
+        data = [t for t in encode_demonstrations(ChatEncoder(tokenizer), successes)
+                if len(t.input_ids) <= warmup.max_tokens]
         learner = Learner(model, OptimConfig(lr=warmup.lr, micro_batch_size=warmup.batch_size))
         batches = warmup.epochs * -(-len(data) // warmup.batch_size)
         with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:

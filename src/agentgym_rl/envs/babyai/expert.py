@@ -29,6 +29,8 @@ The reply is ReAct text with a short templated thought.
 from __future__ import annotations
 
 import copy
+import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -293,7 +295,25 @@ class _Plan:
 
 
 class BabyAIExpert:
-    """Expert policy for `BabyAIEnv` (possibly wrapped): `act(env)` returns a ReAct reply."""
+    """Expert policy for `BabyAIEnv` (possibly wrapped): `act(env)` returns a ReAct reply.
+
+    One expert may play many environments at once (the rollout engine steps them in
+    threads): the bot kept between turns is remembered per environment.
+    """
+
+    def __init__(self) -> None:
+        self._experts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def act(self, env) -> str:
+        base = env.unwrapped
+        with self._lock:
+            expert = self._experts.setdefault(base, _SingleEnvExpert())
+        return expert.act(env)
+
+
+class _SingleEnvExpert:
+    """The expert's memory and planning for one environment."""
 
     def __init__(self) -> None:
         self._snapshot: _Snapshot | None = None
