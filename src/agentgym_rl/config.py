@@ -227,6 +227,3 @@ def load_train_config(path: str | Path | None, overrides: list[str] = ()) -> Tra
         apply_override(data, override)
     return from_dict(TrainConfig, data)
 
-
-def to_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)

@@ -7,7 +7,6 @@ import json
 import math
 import time
 from importlib import resources
-from pathlib import Path
 
 from .config import load_train_config
 from .eval.evaluate import format_table

@@ -90,11 +90,11 @@ class Learner:
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        if self.config.grad_clip > 0:
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip)
-        else:
-            grad_norm = torch.norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))
+        params = [p for p in self.model.parameters() if p.requires_grad and p.grad is not None]
+        if not params:  # every micro-batch had an empty loss mask
+            return summed
+        # With max_norm=inf this only measures the norm.
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip or float("inf"))
         self.optimizer.step()
         summed["grad_norm"] = float(grad_norm)
         return summed
