@@ -28,6 +28,7 @@ def test_envs_and_algos_list_one_name_per_line():
     (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random' nor an existing model folder"),
     (["eval", "--env", "babyai", "--policy", "expert", "--split", "dev"], "unknown split 'dev'"),
     (["eval", "--env", "babyai", "--policy", "expert", "--episodes", "0"], "--episodes must be >= 1"),
+    (["eval", "--env", "babyai", "--policy", "expert", "--env-arg", "nope=1"], "bad arguments for environment 'babyai'"),
     (["train", "missing.yaml"], "config file 'missing.yaml' does not exist"),
     (["train", "configs/babyai_grpo.yaml", "algo.name=ppo2"], "unknown algorithm 'ppo2'"),
     (["train", "configs/babyai_grpo.yaml", "algo.bogus=1"], "unknown config key 'algo.bogus'"),

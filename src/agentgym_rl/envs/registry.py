@@ -69,6 +69,17 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
+def env_factory(env_id: str, kwargs: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
+    """A function building fresh `env_id` environments with `kwargs`, checked by building
+    one now so that bad arguments are a `UserError` before any work starts."""
+    kwargs = dict(kwargs or {})
+    try:
+        make(env_id, **kwargs).close()
+    except TypeError as error:
+        raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
+    return lambda: make(env_id, **kwargs)
+
+
 def tasks(env_id: str, split: str) -> list[Task]:
     """The tasks of a split ("train" or "test"), in a fixed order."""
     if split not in SPLITS:

@@ -55,12 +55,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     agent = make_policy(env_id, policy, temperature, seed)
-    env_kwargs = env_kwargs or {}
-    try:
-        registry.make(env_id, **env_kwargs).close()
-    except TypeError as error:
-        raise UserError(f"bad environment arguments for {env_id!r}: {error}") from None
-    engine = RolloutEngine(lambda: registry.make(env_id, **env_kwargs), rollout or RolloutConfig())
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout or RolloutConfig())
     from tqdm import tqdm
 
     with tqdm(total=len(tasks) * samples, desc=f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:

@@ -59,11 +59,7 @@ class RLTrainer:
         self.run_dir = config.run_dir
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
-        try:
-            registry.make(config.env.id, **config.env.kwargs).close()
-        except TypeError as error:
-            raise UserError(f"bad env.kwargs for {config.env.id!r}: {error}") from None
-        self.engine = RolloutEngine(lambda: registry.make(config.env.id, **config.env.kwargs), config.rollout)
+        self.engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs), config.rollout)
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:

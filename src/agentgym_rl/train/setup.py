@@ -23,7 +23,7 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
                    progress: Any = None) -> list[Trajectory]:
     """Run the environment's expert on the first `episodes` tasks of `split`."""
     tasks = registry.tasks(env_id, split)[:episodes]
-    engine = RolloutEngine(lambda: registry.make(env_id, **(env_kwargs or {})), rollout or RolloutConfig())
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout or RolloutConfig())
     expert = registry.make_expert(env_id)
     horizon = max_turns or registry.spec(env_id).max_turns
     return engine.run(tasks, expert, horizon, seed=seed, progress=progress)
