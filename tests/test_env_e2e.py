@@ -1,0 +1,65 @@
+"""TextCraft and SciWorld end to end through the CLI with the tiny model: collect expert
+episodes, train one RL step from scratch, evaluate the checkpoint.
+
+Each SciWorld episode starts its own JVM (seconds each on a busy 2-core machine), so the
+runs are as small as the commands allow: 1 corpus episode, 2 tasks × 2 samples of 2 turns,
+validation on 2 items at step 0 only, 2 evaluation episodes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_imitation import cli
+
+from agentgym_rl.agent.loading import load_model_and_tokenizer
+
+REPO = Path(__file__).resolve().parent.parent
+
+TINY_RUN = [
+    "env.kwargs={}", "model.corpus_episodes=1", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
+    "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64",
+    "model.tiny.vocab_size=320", "warmup.episodes=0", "algo.tasks_per_step=2", "algo.group_size=2",
+    "algo.minibatch_size=4", "optim.micro_batch_size=4", "rollout.max_new_tokens=8", "rollout.max_envs=2",
+    "schedule.horizons=[2]", "train.steps=1", "train.save_every=1",
+    # validate_every > steps: validation runs at step 0 only.
+    "train.validate_every=2", "train.validation_episodes=2", "train.validation_max_turns=2",
+]
+
+
+@pytest.mark.parametrize("env_id", ["textcraft", pytest.param("sciworld", marks=pytest.mark.slow)])
+def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
+    demos = tmp_path / "demos.jsonl"
+    code, out, err = cli(capsys, monkeypatch, "collect", "--env", env_id, "--policy", "expert",
+                         "--episodes", "2", "--out", str(demos))
+    assert code == 0, err[-3000:]
+    records = [json.loads(line) for line in demos.read_text().splitlines()]
+    assert len(records) == 2 and all(r["success"] for r in records)
+    assert all(len(r["conversations"]) > 2 for r in records)
+
+    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"),
+                         f"env.id={env_id}", *TINY_RUN, f"output_dir={tmp_path}", "run_name=run")
+    assert code == 0, err[-3000:]
+    run_dir = tmp_path / "run"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], "val/success" in r) for r in rows] == [(0, True), (1, False)]
+    step = rows[1]
+    # The engine records an env exception as an episode error, so a broken env shows here.
+    assert step["train/errors"] == 0 and 1 <= step["train/turns"] <= 2
+    trajectories = (run_dir / "trajectories" / "step_000001.jsonl").read_text().splitlines()
+    assert len(trajectories) == 4 and all(json.loads(t)["env_id"] == env_id for t in trajectories)
+    model_dir = run_dir / "checkpoints" / "step_000001" / "model"
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    assert model.config.hidden_size == 32 and tokenizer.chat_template
+
+    summary_path = tmp_path / "eval.json"
+    code, out, err = cli(capsys, monkeypatch, "eval", "--env", env_id, "--policy", str(model_dir),
+                         "--episodes", "2", "--max-turns", "2", "--json", str(summary_path))
+    assert code == 0, err[-3000:]
+    summary = json.loads(summary_path.read_text())
+    for key in ("env", "split", "episodes", "success", "pass_at_k", "avg_reward", "by_category"):
+        assert key in summary
+    assert (summary["env"], summary["split"], summary["episodes"], summary["errors"]) == (env_id, "test", 2, 0)
+    assert 0.0 <= summary["success"] <= summary["pass_at_k"] <= 1.0
