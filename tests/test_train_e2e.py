@@ -144,3 +144,23 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     # The resumed steps really trained: an update happened after step 2 and moved the weights.
     assert any(r["update/trajectories"] > 0 for r in rows if r["step"] > 2)
     assert any(not torch.equal(a[k], weights(halves, 2)[k]) for k in a)
+
+
+@pytest.mark.parametrize("skip,expected", [(True, 2), (False, 4)])
+def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
+    """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.
+    Without a KL or value term the second group is skipped unless skip_zero_advantage=false."""
+    from agentgym_rl.config import load_train_config
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8],
+                       loss_mask=[0, 0, 1, 1], logprobs=[0.0, 0.0, -1.0, -1.0], turn_rewards=[reward])
+            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.5), (1, 0.5)]]
+    metrics = trainer.update(rows, step=0)
+    assert metrics["update/trajectories"] == expected

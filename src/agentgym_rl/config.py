@@ -103,6 +103,10 @@ class AlgoConfig:
     max_kl: float = 0.0
     """Skip (and log) an optimizer step whose approximate KL to the sampling policy exceeds
     this (0: never skip)."""
+    skip_zero_advantage: bool = True
+    """Leave rows whose advantage is zero on every token out of the update when no KL loss
+    or value term needs them: they add nothing to the policy gradient, only compute (as in
+    DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""

@@ -208,7 +208,8 @@ class RLTrainer:
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
         # term it only costs compute, so it is skipped (as DAPO's dynamic sampling does).
         other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward)
-        keep = out.keep if other_terms else out.keep & (batch["advantages"].abs().sum(1) > 0)
+        skip_zero = algo.skip_zero_advantage and not other_terms
+        keep = out.keep & (batch["advantages"].abs().sum(1) > 0) if skip_zero else out.keep
         keep = keep.nonzero().squeeze(1)
         metrics["update/trajectories"] = len(keep)
         if len(keep) == 0:
