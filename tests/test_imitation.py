@@ -22,7 +22,8 @@ from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate
 from agentgym_rl.train.learner import token_logprobs
 from agentgym_rl.train.packing import collate_packed, pack
-from agentgym_rl.train.sft import nll_loss, plan_batches, prepare_sft_data
+from agentgym_rl.train.learner import Learner, OptimConfig
+from agentgym_rl.train.sft import lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
@@ -115,6 +116,49 @@ def test_pack_is_first_fit_decreasing():
     # Rows by packed length (4, 8, 8; ties by content), then batches of 2 rows.
     assert plan_batches([5, 3, 4, 2, 6], 2, pack_tokens=8) == [[[2], [0, 1]], [[4, 3]]]
     assert plan_batches([5, 3, 4], 2) == [[[1], [2]], [[0]]]  # no packing: one per row, by length
+
+
+def test_batches_are_redrawn_each_epoch_and_bucketed_inside_windows():
+    import random
+
+    lengths = [7, 3, 9, 1, 5, 8, 2, 6, 4, 10]
+    rng = random.Random(0)
+    first, second = plan_batches(lengths, 2, rng=rng, window=2), plan_batches(lengths, 2, rng=rng, window=2)
+    for batches in (first, second):
+        rows = [row for batch in batches for row in batch]
+        assert sorted(i for row in rows for i in row) == list(range(10))  # each conversation once
+        assert all(len(b) == 2 for b in batches)
+    assert first != second
+    # With one window over everything the batches are those of the global length sort, in
+    # another order.
+    everything = plan_batches(lengths, 2, rng=random.Random(1), window=100)
+    assert sorted(everything) == sorted(plan_batches(lengths, 2)) and everything != plan_batches(lengths, 2)
+
+
+def test_lr_multiplier_by_hand():
+    assert [lr_multiplier("constant", s, 10, warmup_steps=2) for s in (0, 1, 2, 9)] == [0.5, 1.0, 1.0, 1.0]
+    # cosine over 10 steps: 0.5 * (1 + cos(pi * s / 10)).
+    assert lr_multiplier("cosine", 0, 10) == 1.0
+    assert lr_multiplier("cosine", 5, 10) == pytest.approx(0.5)
+    assert lr_multiplier("cosine", 10, 10) == pytest.approx(0.0)
+    # 4 warm-up steps (0.25, 0.5, 0.75, 1), then the cosine over the 10 remaining steps.
+    assert [lr_multiplier("cosine", s, 14, warmup_steps=4) for s in (0, 3)] == [0.25, 1.0]
+    assert lr_multiplier("cosine", 4, 14, warmup_steps=4) == 1.0
+    assert lr_multiplier("cosine", 9, 14, warmup_steps=4) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="unknown lr schedule"):
+        lr_multiplier("linear", 0, 10)
+
+
+def test_sft_epochs_follows_the_schedule_and_restores_the_lr(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, SMALL)
+    learner = Learner(model, OptimConfig(lr=0.01))
+    docs = [Trajectory("e", f"e_{i}", "c", input_ids=[5 + i, 6, 7, 8], loss_mask=[0, 1, 1, 1]) for i in range(3)]
+    seen = []
+    sft_epochs(learner, docs, tiny_tokenizer.pad_token_id, epochs=2, batch_size=1, lr_schedule="cosine",
+               on_step=lambda metrics: seen.append(metrics["lr"]))
+    expected = [0.01 * 0.5 * (1 + math.cos(math.pi * s / 6)) for s in range(6)]
+    assert seen == pytest.approx(expected)
+    assert learner.optimizer.param_groups[0]["lr"] == 0.01
 
 
 def test_packed_rows_score_each_document_as_if_alone(tiny_tokenizer):

@@ -19,6 +19,7 @@ from .agent.tiny import TinyModelConfig
 from .errors import UserError
 from .rollout.engine import RolloutConfig
 from .train.learner import OptimConfig
+from .train.sft import LR_SCHEDULES
 
 
 @dataclass
@@ -61,6 +62,15 @@ class WarmupConfig:
     batch_size: int = 16
     max_tokens: int = 4096
     """Skip demonstrations longer than this (attention cost grows with the square of length)."""
+    lr_schedule: str = "cosine"
+    """"cosine" (decay to 0 over the warm-up's steps) or "constant". The tiny model stalls on a
+    constant rate: it learns the replies' format, then stops improving."""
+    lr_warmup_steps: int = 0
+    """Steps of linear learning-rate warm-up from 0."""
+
+    def __post_init__(self) -> None:
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
 
 
 @dataclass

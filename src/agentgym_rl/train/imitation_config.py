@@ -15,6 +15,7 @@ from typing import Any
 from ..config import EnvConfig, ModelConfig, WarmupConfig
 from ..rollout.engine import RolloutConfig
 from .learner import OptimConfig
+from .sft import LR_SCHEDULES
 
 
 def _at_least(owner: Any, minimum: float, *names: str) -> None:
@@ -37,9 +38,16 @@ class FinetuneConfig:
     """Pack several conversations into one row of at most `pack_tokens` tokens, with
     attention that stays inside each conversation (block-diagonal causal mask)."""
     pack_tokens: int = 2048
+    lr_schedule: str = "constant"
+    """"constant", or "cosine" (decay to 0 over each call's steps: each RFT round decays anew)."""
+    lr_warmup_steps: int = 0
+    """Steps of linear learning-rate warm-up from 0."""
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "epochs", "batch_size", "max_tokens", "pack_tokens")
+        _at_least(self, 0, "lr_warmup_steps")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
 
 
 @dataclass

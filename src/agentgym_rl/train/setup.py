@@ -89,7 +89,8 @@ def prepare_policy(model_path: str | None, tiny_config: Any, env_id: str, env_kw
         batches = warmup.epochs * -(-len(data) // warmup.batch_size)
         with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
-                                progress=bar.update)
+                                progress=bar.update, lr_schedule=warmup.lr_schedule,
+                                warmup_steps=warmup.lr_warmup_steps)
         log(f"warm-up: {len(data)} expert demonstrations, {warmup.epochs} epochs, "
             f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return model, tokenizer

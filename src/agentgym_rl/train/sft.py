@@ -12,6 +12,7 @@ where m is 1 on the tokens of assistant replies that carry loss (AgentGym's per-
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -114,30 +115,69 @@ def nll_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch
     return loss, {}
 
 
-def plan_batches(lengths: list[int], batch_size: int, pack_tokens: int = 0) -> list[list[list[int]]]:
+def plan_batches(lengths: list[int], batch_size: int, pack_tokens: int = 0,
+                 rng: random.Random | None = None, window: int = 8) -> list[list[list[int]]]:
     """Optimizer-step batches as lists of rows, a row as a list of conversation indices.
 
-    Without packing (`pack_tokens` 0) each row is one conversation and a batch holds
-    `batch_size` conversations of similar length (length bucketing: padding is most of the
-    cost of multi-turn data). With packing, conversations are first packed into rows of at
-    most `pack_tokens` tokens (`packing.pack`), and a batch holds `batch_size` such rows of
-    similar length.
+    Without packing (`pack_tokens` 0) each row is one conversation; with packing,
+    conversations are first packed into rows of at most `pack_tokens` tokens
+    (`packing.pack`). Rows of similar length go together (padding is most of the cost of
+    multi-turn data):
+
+    - without `rng`, rows are sorted by length and cut into batches of `batch_size`
+      (deterministic; used to count steps);
+    - with `rng`, rows are shuffled, cut into windows of `window * batch_size` rows, and
+      each window is sorted by length and cut into batches, whose order is shuffled again.
+      Re-drawn every epoch, batches then mix conversations of different kinds: a global
+      length sort would put the same (similar, e.g. same-level) conversations together in
+      every epoch, which stalled the tiny model's warm-up.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if pack_tokens:
-        rows = pack(lengths, pack_tokens)
-    else:
-        rows = [[i] for i in range(len(lengths))]
-    by_length = sorted(rows, key=lambda row: (sum(lengths[i] for i in row), row))
-    return [by_length[start:start + batch_size] for start in range(0, len(by_length), batch_size)]
+    rows = pack(lengths, pack_tokens) if pack_tokens else [[i] for i in range(len(lengths))]
+
+    def by_length(some: list[list[int]]) -> list[list[int]]:
+        return sorted(some, key=lambda row: (sum(lengths[i] for i in row), row))
+
+    if rng is None:
+        ordered = by_length(rows)
+        return [ordered[start:start + batch_size] for start in range(0, len(ordered), batch_size)]
+    rows = list(rows)
+    rng.shuffle(rows)
+    span = max(window, 1) * batch_size
+    batches = []
+    for begin in range(0, len(rows), span):
+        ordered = by_length(rows[begin:begin + span])
+        batches += [ordered[start:start + batch_size] for start in range(0, len(ordered), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def lr_multiplier(schedule: str, step: int, total_steps: int, warmup_steps: int = 0) -> float:
+    """The learning-rate factor at optimizer step `step` (0-based) of `total_steps`.
+
+    Linear warm-up from 0 over `warmup_steps`, then "constant" (1) or "cosine" (half a cosine
+    from 1 down to 0 at `total_steps`, as in Loshchilov & Hutter 2017, SGDR, without restarts).
+    """
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr schedule {schedule!r}; known: {', '.join(LR_SCHEDULES)}")
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
+    return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+
+LR_SCHEDULES = ("constant", "cosine")
 
 
 def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: int, batch_size: int,
                seed: int = 0, progress: Any = None, pack_tokens: int = 0,
                on_step: Callable[[dict[str, float]], Any] | None = None,
-               on_epoch: Callable[[int, float], Any] | None = None) -> list[float]:
-    """Train on `data` (encoded trajectories) for `epochs` passes over shuffled batches.
+               on_epoch: Callable[[int, float], Any] | None = None,
+               lr_schedule: str = "constant", warmup_steps: int = 0) -> list[float]:
+    """Train on `data` (encoded trajectories) for `epochs` passes, batches re-drawn each epoch.
 
     Args:
         learner: holds the model and optimizer; one optimizer step per batch.
@@ -146,31 +186,45 @@ def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: in
         pack_tokens: pack conversations into rows of at most this many tokens with
             document-local attention (0 = no packing); see `plan_batches`.
         progress: called with 1 after each step.
-        on_step: called after each step with the learner's metrics plus "epoch",
+        on_step: called after each step with the learner's metrics plus "epoch", "lr",
             "conversations" and "tokens" (loss tokens) of the step.
         on_epoch: called after each epoch with (epoch number from 1, its mean loss).
+        lr_schedule, warmup_steps: the learning rate over these epochs' steps as a factor of
+            the optimizer's (`lr_multiplier`).
     Returns:
         the mean loss of each epoch (mean of the steps' token-mean losses).
     """
     rng = random.Random(seed)
-    batches = plan_batches([len(t.input_ids) for t in data], batch_size, pack_tokens)
+    lengths = [len(t.input_ids) for t in data]
+    total = epochs * len(plan_batches(lengths, batch_size, pack_tokens))
+    base_lrs = [group["lr"] for group in learner.optimizer.param_groups]
+    step = 0
     epoch_losses = []
-    for epoch in range(epochs):
-        rng.shuffle(batches)
-        losses = []
-        for rows in batches:
-            if pack_tokens:
-                batch = collate_packed([[data[i] for i in row] for row in rows], pad_id)
-            else:
-                batch = collate([data[row[0]] for row in rows], pad_id)
-            metrics = learner.update(batch, nll_loss)
-            losses.append(metrics.get("loss", 0.0))
-            if on_step is not None:
-                on_step({**metrics, "epoch": epoch + 1, "conversations": sum(len(row) for row in rows),
-                         "tokens": float(batch["loss_mask"].sum())})
-            if progress is not None:
-                progress(1)
-        epoch_losses.append(sum(losses) / max(len(losses), 1))
-        if on_epoch is not None:
-            on_epoch(epoch + 1, epoch_losses[-1])
+    try:
+        for epoch in range(epochs):
+            losses = []
+            for rows in plan_batches(lengths, batch_size, pack_tokens, rng):
+                factor = lr_multiplier(lr_schedule, step, total, warmup_steps)
+                for group, base in zip(learner.optimizer.param_groups, base_lrs):
+                    group["lr"] = base * factor
+                if pack_tokens:
+                    batch = collate_packed([[data[i] for i in row] for row in rows], pad_id)
+                else:
+                    batch = collate([data[row[0]] for row in rows], pad_id)
+                metrics = learner.update(batch, nll_loss)
+                step += 1
+                losses.append(metrics.get("loss", 0.0))
+                if on_step is not None:
+                    on_step({**metrics, "epoch": epoch + 1, "lr": base_lrs[0] * factor,
+                             "conversations": sum(len(row) for row in rows),
+                             "tokens": float(batch["loss_mask"].sum())})
+                if progress is not None:
+                    progress(1)
+            epoch_losses.append(sum(losses) / max(len(losses), 1))
+            if on_epoch is not None:
+                on_epoch(epoch + 1, epoch_losses[-1])
+    finally:
+        # The learner may train on (RFT's next round): leave its learning rate as found.
+        for group, base in zip(learner.optimizer.param_groups, base_lrs):
+            group["lr"] = base
     return epoch_losses

@@ -124,7 +124,8 @@ class SFTTrainer:
         with tqdm(total=cfg.train.epochs * per_epoch, desc="SFT", unit="step") as bar:
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
                                 seed=cfg.seed, progress=bar.update, pack_tokens=pack_tokens, on_step=on_step,
-                                on_epoch=on_epoch)
+                                on_epoch=on_epoch, lr_schedule=cfg.train.lr_schedule,
+                                warmup_steps=cfg.train.lr_warmup_steps)
         folder = save_checkpoint(learner, tokenizer, self.run_dir / "checkpoints" / "final")
         metrics.close()
         self.log(f"SFT: {cfg.train.epochs} epochs, {step} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
