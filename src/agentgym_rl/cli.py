@@ -49,6 +49,8 @@ def eval_command(
                                                 "e.g. list_actions=false for a quickstart model."),
     system_prompt: bool = typer.Option(False, help="Open conversations with the environment's instruction "
                                        "(as the model was trained: the quickstart does not)."),
+    reuse_kv_cache: bool = typer.Option(True, help="Keep each turn's KV cache for the next turn "
+                                        "(prefix caching; off only to compare speed or save memory)."),
 ) -> None:
     """Evaluate a policy: Avg@n and Pass@k, overall and per category."""
     from .config import apply_override
@@ -60,7 +62,8 @@ def eval_command(
     for item in env_arg or []:
         apply_override(env_kwargs, item)
     summary, episodes_run = evaluate(env, policy, split, episodes, samples, max_turns, temperature, seed,
-                                     RolloutConfig(system_prompt=system_prompt), env_kwargs=env_kwargs)
+                                     RolloutConfig(system_prompt=system_prompt, reuse_kv_cache=reuse_kv_cache),
+                                     env_kwargs=env_kwargs)
     typer.echo(format_table(summary))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)

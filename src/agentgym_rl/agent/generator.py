@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+# A continued batch keeps every column of the previous turn, including middle padding, rows'
+# stop-to-end padding and the columns of episodes that finished. Once it is this many times wider
+# than its longest prompt, attending over the dead columns costs more than prefilling afresh.
+MAX_WIDTH_RATIO = 2.0
+
 
 @dataclass
 class Generation:
@@ -26,9 +31,34 @@ class Generation:
 
 
 class Generator(Protocol):
+    """Samples continuations of token-id prompts.
+
+    A generator may also define `reset()`, optional and without arguments: forget any state kept
+    between `generate` calls (such as a KV cache of earlier turns). The rollout engine calls it at
+    the start and end of every run, since the weights may change between runs.
+    """
+
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
         """Sample one continuation per prompt."""
         ...
+
+
+@dataclass
+class _Batch:
+    """What one `generate` call leaves for the next: its columns and their KV cache.
+
+    Attributes:
+        sequences: (B, W) every column the model saw or wrote: prompts, padding, generations.
+        mask: (B, W) 1 on real tokens (prompt and generated ids up to the stop token), 0 on the
+            left or middle padding and on the pad ids written after a row's stop token.
+        rows: the real tokens of each row, i.e. `sequences[r][mask[r] == 1]`.
+        cache: keys and values of the first `cache.get_seq_length()` (W or W - 1) columns.
+    """
+
+    sequences: Any
+    mask: Any
+    rows: list[list[int]]
+    cache: Any
 
 
 class HFGenerator:
@@ -37,37 +67,70 @@ class HFGenerator:
     Sampling is plain temperature sampling over the whole vocabulary (no top-k/top-p), so
     the returned logprobs are exactly those of the distribution the ids were drawn from.
 
+    Prefix caching: a multi-turn episode's prompt at turn t+1 is its prompt at turn t, the ids
+    generated for it, then new ids (end of turn, observation). With `reuse_cache` the generator
+    keeps the last batch's KV cache and, when prompts extend its rows, runs only the new columns:
+    the new ids of each row are left-padded to a common width and appended after the cached
+    columns, padding masked out. Position ids are the cumulative sum of the attention mask, so
+    every real token keeps the position it has in the unpadded conversation and the result
+    equals a full prefill up to floating-point rounding (greedy ids are the same). Prompts that
+    extend no row (a new episode) join as rows that attend to none of the cached columns. A
+    batch with no match, one over `batch_size` prompts, or one grown too wide is prefilled
+    afresh. Call `reset()` whenever the weights change (the rollout engine does, per run).
+
     Args:
         model: a `transformers` causal LM (shared with the learner: weights are in sync).
         pad_id: padding token id.
         stop_ids: token ids that end a turn.
         temperature: 0 means greedy decoding.
-        batch_size: the most prompts per forward pass.
+        batch_size: the most prompts per forward pass; the cache is kept only when a call's
+            prompts fit one batch, hence a default large enough for 90 validation episodes.
+        reuse_cache: keep the KV cache between calls (prefix caching). Only models whose cache
+            is a `DynamicCache` of full-attention layers are continued; others always prefill.
     """
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
-                 batch_size: int = 64):
+                 batch_size: int = 128, reuse_cache: bool = True):
         self.model = model
         self.pad_id = pad_id
         self.stop_ids = list(stop_ids)
         self.temperature = temperature
         self.batch_size = batch_size
+        self.reuse_cache = reuse_cache
+        self.prefilled_columns = 0
+        """Prompt columns run through the model, summed over rows (padding included)."""
+        self.reused_columns = 0
+        """Prompt columns read from the kept cache instead, summed over rows."""
+        self._last: _Batch | None = None
+
+    def reset(self) -> None:
+        """Drop the kept KV cache (it is stale once the weights change)."""
+        self._last = None
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        results: list[Generation] = []
+        if not prompts:
+            return []
+        keep = self.reuse_cache and len(prompts) <= self.batch_size
+        continued = self._continue(prompts) if keep else None
+        self._last = None  # freed before the next batch's cache is built
+        if continued is not None:
+            generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued)
+            return generations
         # Similar lengths together waste less padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         by_index: dict[int, Generation] = {}
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
-            for i, gen in zip(chunk, self._generate_batch([prompts[i] for i in chunk], max_new_tokens)):
-                by_index[i] = gen
-        results = [by_index[i] for i in range(len(prompts))]
-        return results
+            chunk_prompts = [prompts[i] for i in chunk]
+            generations, batch = self._generate_batch(chunk_prompts, max_new_tokens, *self._fresh(chunk_prompts))
+            by_index.update(zip(chunk, generations))
+            if keep:
+                self._last = batch
+        return [by_index[i] for i in range(len(prompts))]
 
-    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    def _fresh(self, prompts: list[list[int]]) -> tuple[Any, Any, None]:
+        """Left-padded input ids and attention mask of a full prefill, no cache."""
         import torch
-        from transformers import GenerationConfig
 
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -75,6 +138,56 @@ class HFGenerator:
         for row, prompt in enumerate(prompts):
             input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             attention[row, width - len(prompt):] = 1
+        return input_ids, attention, None
+
+    def _continue(self, prompts: list[list[int]]) -> tuple[Any, Any, Any] | None:
+        """Input ids, attention mask and cache that continue the kept batch, or None to prefill.
+
+        Each prompt takes the longest unused kept row that is a proper prefix of it; the rows of
+        episodes that ended are dropped. Returns:
+            input_ids, attention: (B, W + S) — the kept rows' W columns, then each prompt's new
+                ids left-padded to the longest, S; a prompt extending no row gets a copy of
+                some row's columns, masked out entirely, and its whole prompt as new ids.
+            cache: the kept cache with its rows selected in prompt order.
+        """
+        import torch
+
+        last = self._last
+        if last is None:
+            return None
+        by_length = sorted(range(len(last.rows)), key=lambda r: -len(last.rows[r]))
+        used: set[int] = set()
+        matches: list[int | None] = []
+        for prompt in prompts:
+            match = next((r for r in by_length if r not in used and len(last.rows[r]) < len(prompt)
+                          and prompt[:len(last.rows[r])] == last.rows[r]), None)
+            if match is not None:
+                used.add(match)
+            matches.append(match)
+        if not used:
+            return None
+        suffixes = [prompt if r is None else prompt[len(last.rows[r]):] for prompt, r in zip(prompts, matches)]
+        width = last.sequences.shape[1] + max(len(s) for s in suffixes)
+        if width > MAX_WIDTH_RATIO * max(len(p) for p in prompts):
+            return None
+        rows = torch.tensor([0 if r is None else r for r in matches], dtype=torch.long)
+        kept_mask = last.mask[rows] * torch.tensor([[r is not None] for r in matches], dtype=torch.long)
+        new_ids, new_mask, _ = self._fresh(suffixes)
+        cache = last.cache
+        cache.batch_select_indices(rows)
+        return (torch.cat([last.sequences[rows], new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1), cache)
+
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, input_ids: Any, attention: Any,
+                        cache: Any) -> tuple[list[Generation], _Batch | None]:
+        """Generate from `input_ids` (B, W) whose real tokens (`attention` == 1) are `prompts`,
+        the first `cache.get_seq_length()` columns already in `cache` (None: none)."""
+        import torch
+        from transformers import GenerationConfig
+
+        width = input_ids.shape[1]
+        reused = 0 if cache is None else cache.get_seq_length()
+        self.prefilled_columns += len(prompts) * (width - reused)
+        self.reused_columns += len(prompts) * reused
         greedy = self.temperature <= 0
         # top_k=0 because None would mean transformers' default top-k of 50.
         sampling = {} if greedy else {"temperature": self.temperature, "top_k": 0, "top_p": 1.0}
@@ -86,11 +199,14 @@ class HFGenerator:
             pad_token_id=self.pad_id,
             output_scores=True,
             return_dict_in_generate=True,
+            use_cache=True,
         )
+        extra = {} if cache is None else {"past_key_values": cache}
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                      **extra)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
         # scores: one (B, V) tensor per generated position, already divided by temperature.
@@ -98,10 +214,24 @@ class HFGenerator:
         token_logprobs = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
         stop = set(self.stop_ids)
         generations = []
+        new_mask = torch.zeros_like(new_ids)
         for row in range(len(prompts)):
             ids = new_ids[row].tolist()
             end = next((k + 1 for k, t in enumerate(ids) if t in stop), None)
             finished = end is not None
             end = end if finished else len(ids)
+            new_mask[row, :end] = 1
             generations.append(Generation(ids[:end], token_logprobs[row, :end].tolist(), finished))
-        return generations
+        batch = None
+        if self.reuse_cache and _continuable(out.past_key_values):
+            batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
+                           [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
+        return generations, batch
+
+
+def _continuable(cache: Any) -> bool:
+    """Whether `cache` can be continued after middle padding and row selection: only full-attention
+    dynamic layers (a sliding window would count padding columns, recurrent states cannot be masked)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)

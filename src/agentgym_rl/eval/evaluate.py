@@ -13,8 +13,9 @@ from .metrics import summarize
 from .policies import RandomPolicy
 
 
-def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int) -> Any:
-    """"expert", "random", a model folder path, or an already built policy object."""
+def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True) -> Any:
+    """"expert", "random", a model folder path, or an already built policy object
+    (`reuse_cache`: see `model_policy`)."""
     if not isinstance(policy, str):
         return policy
     if policy == "expert":
@@ -25,7 +26,7 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int) -
         raise UserError(f"policy {policy!r} is neither 'expert', 'random' nor an existing model folder")
     from ..agent.loading import load_model_and_tokenizer
 
-    return model_policy(*load_model_and_tokenizer(policy), temperature)
+    return model_policy(*load_model_and_tokenizer(policy), temperature, reuse_cache)
 
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
@@ -50,8 +51,9 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     horizon = max_turns or registry.spec(env_id).max_turns
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
-    agent = make_policy(env_id, policy, temperature, seed)
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout or RolloutConfig())
+    rollout = rollout or RolloutConfig()
+    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache)
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout)
     from tqdm import tqdm
 
     with tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:

@@ -34,13 +34,16 @@ class ModelPolicy:
     encoder: ChatEncoder
 
 
-def model_policy(model: Any, tokenizer: Any, temperature: float) -> ModelPolicy:
+def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True) -> ModelPolicy:
     """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
-    stopping at its chat template's end-of-turn token."""
+    stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
+    turn for the next (see `HFGenerator`, and `RolloutConfig.reuse_kv_cache`)."""
     from ..agent.generator import HFGenerator
 
     encoder = ChatEncoder(tokenizer)
-    return ModelPolicy(HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature), encoder)
+    generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
+                            reuse_cache=reuse_cache)
+    return ModelPolicy(generator, encoder)
 
 
 @dataclass
@@ -58,6 +61,9 @@ class RolloutConfig:
     max_envs: int = 0
     """Most environments alive at once (0: the environment's own limit, else all episodes).
     Heavy environments (a SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
+    reuse_kv_cache: bool = True
+    """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
+    of the next turn (given to `model_policy`; off trades speed for memory)."""
 
 
 @dataclass
@@ -98,6 +104,23 @@ class RolloutEngine:
         """
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        # Weights change between runs (a learner update), and the same first prompts recur (each
+        # validation replays the same items), so a generator's kept KV cache must not outlive a
+        # run. Within a run the weights are fixed, so the run boundary is the only reset needed.
+        self._reset_generator(policy)
+        try:
+            return self._run(tasks, policy, max_turns, samples, seed, progress)
+        finally:
+            self._reset_generator(policy)  # also frees the cache's memory between runs
+
+    @staticmethod
+    def _reset_generator(policy: Any) -> None:
+        reset = getattr(policy.generator, "reset", None) if isinstance(policy, ModelPolicy) else None
+        if reset is not None:
+            reset()
+
+    def _run(self, tasks: list[Task], policy: ModelPolicy | ScriptedPolicy, max_turns: int, samples: int,
+             seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
         jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
         limit = self.config.max_envs or getattr(self.make_env, "max_parallel", 0) or len(jobs)
         episodes: list[_Episode] = []

@@ -1,0 +1,210 @@
+"""Prefix caching in `HFGenerator`: continuing the previous turn's KV cache gives what a full
+prefill gives (same greedy ids, logprobs within 1e-4), and really skips the cached columns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import CounterEnv
+
+from agentgym_rl.agent.generator import HFGenerator
+from agentgym_rl.agent.tiny import TinyModelConfig, build_model
+from agentgym_rl.envs.tasks import Task
+from agentgym_rl.rollout.engine import RolloutConfig, RolloutEngine, model_policy
+
+SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                        max_positions=512)
+OPENINGS = ["Your goal: go to the red ball.", "Thought: I should", "Nothing happens. Available actions: look, count",
+            "You completed the mission. Counter value is 3."]
+MAX_NEW = 8
+
+
+def _model(tokenizer, seed: int = 0):
+    """A tiny Qwen2 whose large random weights make greedy replies varied (the default init
+    repeats one token), so that stop tokens end some replies early and not others."""
+    model = build_model(tokenizer, SMALL, seed=seed).eval()
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5)
+    return model
+
+
+def _end_id(tokenizer) -> int:
+    return tokenizer.convert_tokens_to_ids("<|end|>")
+
+
+def _stop_ids(tokenizer, model) -> list[int]:
+    """End-of-turn plus the third greedy token of the first opening: that reply stops early
+    while the others (checked by the callers) run to the token limit."""
+    dry = HFGenerator(model, tokenizer.pad_token_id, [_end_id(tokenizer)], 0.0, reuse_cache=False)
+    return [_end_id(tokenizer), dry.generate([tokenizer.encode(OPENINGS[0])], MAX_NEW)[0].ids[2]]
+
+
+def _play(generator, tokenizer, turns: int = 4):
+    """A scripted multi-turn rollout as the engine builds it: each prompt grows by its reply, an
+    end-of-turn id when the reply hit the limit, and an observation delta of its own length;
+    episode 1 ends after turn 1 (its row leaves the batch). Returns the generations per turn."""
+    end = _end_id(tokenizer)
+    prompts = {k: tokenizer.encode(text) for k, text in enumerate(OPENINGS)}
+    history = []
+    for turn in range(turns):
+        keys = sorted(prompts)
+        generations = generator.generate([prompts[k] for k in keys], MAX_NEW)
+        history.append(dict(zip(keys, generations)))
+        for k, gen in zip(keys, generations):
+            observation = tokenizer.encode(f"<|user|>\nobs {turn}." + " look" * (k + 1) + "<|end|>\n<|assistant|>\n")
+            prompts[k] = prompts[k] + gen.ids + ([] if gen.finished else [end]) + observation
+        if turn == 1:
+            del prompts[1]
+    return history
+
+
+def _assert_same(cached, full):
+    assert [sorted(turn) for turn in cached] == [sorted(turn) for turn in full]
+    for turn_cached, turn_full in zip(cached, full):
+        for k, gen in turn_cached.items():
+            reference = turn_full[k]
+            assert gen.ids == reference.ids and gen.finished == reference.finished
+            assert gen.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+
+
+class _ForwardLengths:
+    """Records the input width of every forward pass of `model` (a public forward pre-hook)."""
+
+    def __init__(self, model):
+        self.widths: list[int] = []
+        model.register_forward_pre_hook(self, with_kwargs=True)
+
+    def __call__(self, module, args, kwargs):
+        self.widths.append(kwargs["input_ids"].shape[1])
+
+
+def test_cached_multi_turn_rollout_equals_full_prefill_and_skips_cached_columns(tiny_tokenizer):
+    model = _model(tiny_tokenizer)
+    stops = _stop_ids(tiny_tokenizer, model)
+    pad = tiny_tokenizer.pad_token_id
+    cached_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=True)
+    full_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=False)
+    forwards = _ForwardLengths(model)
+    cached = _play(cached_gen, tiny_tokenizer)
+    cached_widths, forwards.widths = forwards.widths, []
+    full = _play(full_gen, tiny_tokenizer)
+    _assert_same(cached, full)
+    # The rollout exercised what it claims to: a reply stopped early beside a longer one, and
+    # one hit the token limit.
+    turn0 = cached[0]
+    assert turn0[0].finished and len(turn0[0].ids) < max(len(g.ids) for g in turn0.values())
+    assert any(not g.finished and len(g.ids) == MAX_NEW for turn in cached for g in turn.values())
+    # Every turn after the first continued the cache: its prefill ran only the new columns.
+    prefills_cached = [w for w in cached_widths if w > 1]
+    prefills_full = [w for w in forwards.widths if w > 1]
+    assert len(prefills_cached) == len(prefills_full) == 4
+    assert prefills_cached[0] == prefills_full[0]
+    assert all(c < f for c, f in zip(prefills_cached[1:], prefills_full[1:]))
+    assert sum(prefills_cached) < sum(prefills_full) / 2
+    assert cached_gen.reused_columns > 0 and full_gen.reused_columns == 0
+    assert cached_gen.prefilled_columns < full_gen.prefilled_columns / 2
+
+
+def test_sampling_logprobs_match_a_full_prefill_of_the_same_ids(tiny_tokenizer):
+    """At temperature 1 the cached path's logprobs are those of the distribution it sampled from:
+    scoring its ids with a fresh full forward pass gives the same values."""
+    model = _model(tiny_tokenizer)
+    stops = _stop_ids(tiny_tokenizer, model)
+    torch.manual_seed(1)
+    cached_gen = HFGenerator(model, tiny_tokenizer.pad_token_id, stops, 1.0, reuse_cache=True)
+    end = _end_id(tiny_tokenizer)
+    prompts = [tiny_tokenizer.encode(text) for text in OPENINGS]
+    for turn in range(3):
+        generations = cached_gen.generate(prompts, MAX_NEW)
+        for prompt, gen in zip(prompts, generations):
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + gen.ids])).logits[0, len(prompt) - 1:-1]
+            expected = logits.float().log_softmax(-1).gather(-1, torch.tensor(gen.ids)[:, None])[:, 0]
+            assert gen.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+        prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"obs {turn} {k}")
+                   for k, (p, g) in enumerate(zip(prompts, generations))]
+    assert cached_gen.reused_columns > 0
+
+
+def test_prompts_extending_no_cached_row_give_the_full_prefill_result(tiny_tokenizer):
+    model = _model(tiny_tokenizer)
+    pad, stops = tiny_tokenizer.pad_token_id, [_end_id(tiny_tokenizer)]
+    cached_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=True)
+    full_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=False)
+    first = [tiny_tokenizer.encode(text) for text in OPENINGS[:2]]
+    turn0 = cached_gen.generate(first, MAX_NEW)
+    extended = first[0] + turn0[0].ids + [stops[0]] + tiny_tokenizer.encode("obs")
+    unrelated = tiny_tokenizer.encode(OPENINGS[2])
+    # A new episode beside a continued one joins the cached batch as a row attending to none
+    # of the cached columns; a batch extending no row at all is prefilled afresh.
+    for batch in ([unrelated, extended], [unrelated, tiny_tokenizer.encode(OPENINGS[3])]):
+        cached_gen.generate(first, MAX_NEW)
+        reused_before = cached_gen.reused_columns
+        got = cached_gen.generate(batch, MAX_NEW)
+        want = full_gen.generate(batch, MAX_NEW)
+        assert [(g.ids, g.finished) for g in got] == [(g.ids, g.finished) for g in want]
+        for g, w in zip(got, want):
+            assert g.logprobs == pytest.approx(w.logprobs, abs=1e-4)
+        assert (cached_gen.reused_columns > reused_before) == (batch[1] is extended)
+
+
+def test_reset_drops_a_cache_made_stale_by_new_weights(tiny_tokenizer):
+    model = _model(tiny_tokenizer)
+    pad, stops = tiny_tokenizer.pad_token_id, [_end_id(tiny_tokenizer)]
+    cached_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=True)
+    prompts = [tiny_tokenizer.encode(text) for text in OPENINGS]
+    turn0 = cached_gen.generate(prompts, MAX_NEW)
+    next_prompts = [p + g.ids + [stops[0]] + tiny_tokenizer.encode("obs") for p, g in zip(prompts, turn0)]
+    model.load_state_dict(_model(tiny_tokenizer, seed=1).state_dict())  # an "update" of the weights
+    cached_gen.reset()
+    got = cached_gen.generate(next_prompts, MAX_NEW)
+    want = HFGenerator(model, pad, stops, 0.0, reuse_cache=False).generate(next_prompts, MAX_NEW)
+    assert [(g.ids, g.logprobs) for g in got] == [(g.ids, g.logprobs) for g in want]
+
+
+def test_engine_runs_reset_the_cache_and_match_the_uncached_engine(tiny_tokenizer):
+    """Two engine runs with a weight change between them: the second must not continue the
+    first run's cache, though its first prompts are the same."""
+    model = _model(tiny_tokenizer)
+    tasks = [Task("counter", i, "c") for i in range(3)]
+
+    def play(reuse: bool):
+        policy = model_policy(model, tiny_tokenizer, 0.0, reuse_cache=reuse)
+        engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=MAX_NEW))
+        runs = [engine.run(tasks, policy, max_turns=3)]
+        model.load_state_dict(_model(tiny_tokenizer, seed=1).state_dict())
+        runs.append(engine.run(tasks, policy, max_turns=3))
+        model.load_state_dict(_model(tiny_tokenizer, seed=0).state_dict())
+        return runs, policy.generator
+
+    cached, generator = play(True)
+    full, _ = play(False)
+    assert generator.reused_columns > 0
+    for run_cached, run_full in zip(cached, full):
+        assert [t.turns for t in run_cached] == [3, 3, 3]
+        for a, b in zip(run_cached, run_full):
+            assert a.input_ids == b.input_ids and a.loss_mask == b.loss_mask
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+
+
+def test_engine_resets_a_generator_at_the_start_and_end_of_each_run(tiny_tokenizer):
+    from conftest import ScriptedGenerator
+
+    from agentgym_rl.agent.chat import ChatEncoder
+    from agentgym_rl.rollout.engine import ModelPolicy
+
+    class Resettable(ScriptedGenerator):
+        resets_at_calls: list[int] = []
+
+        def reset(self):
+            self.resets_at_calls.append(self.calls)
+
+    encoder = ChatEncoder(tiny_tokenizer)
+    generator = Resettable(tiny_tokenizer, ["Action: look"], encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv)
+    engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=2)
+    engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=2)
+    assert generator.resets_at_calls == [0, 2, 2, 4]
