@@ -46,9 +46,9 @@ def evaluate_model(model: Any, tokenizer: Any, env: Any, eval_config: Any, rollo
                    seed: int) -> dict[str, Any]:
     """Success of the model on the first `eval_config.episodes` items of `env.eval_split`,
     exactly as `agentgym-rl eval` measures it (same engine, same metrics)."""
-    summary, _ = evaluate(env.id, model_policy(model, tokenizer, eval_config.temperature), env.eval_split,
-                          eval_config.episodes, 1, eval_config.max_turns, eval_config.temperature, seed,
-                          rollout, env_kwargs=env.kwargs)
+    policy = model_policy(model, tokenizer, eval_config.temperature, rollout.reuse_kv_cache)
+    summary, _ = evaluate(env.id, policy, env.eval_split, eval_config.episodes, 1, eval_config.max_turns,
+                          eval_config.temperature, seed, rollout, env_kwargs=env.kwargs)
     return summary
 
 

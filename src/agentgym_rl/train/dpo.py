@@ -128,8 +128,9 @@ class DPOTrainer:
         """`data.samples_per_item` episodes of the starting policy on `data.items` random train items."""
         cfg, data = self.config, self.config.data
         tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split), data.items, cfg.seed, "dpo")
-        trajectories = sample_episodes(cfg.env, cfg.rollout, model_policy(model, tokenizer, data.temperature), tasks,
-                                       data.samples_per_item, data.max_turns, cfg.seed, "DPO samples")
+        policy = model_policy(model, tokenizer, data.temperature, cfg.rollout.reuse_kv_cache)
+        trajectories = sample_episodes(cfg.env, cfg.rollout, policy, tasks, data.samples_per_item, data.max_turns,
+                                       cfg.seed, "DPO samples")
         save_trajectories(trajectories, self.run_dir / "trajectories" / "samples.jsonl")
         return trajectories
 

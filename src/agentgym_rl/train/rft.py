@@ -79,7 +79,7 @@ class RFTTrainer:
                                           cfg.seed, self.log)
         model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
         learner = Learner(model, cfg.optim)
-        policy = model_policy(model, tokenizer, rft.temperature)
+        policy = model_policy(model, tokenizer, rft.temperature, cfg.rollout.reuse_kv_cache)
         metrics = MetricsLogger(self.run_dir)
         pack_tokens = cfg.train.pack_tokens if cfg.train.packing else 0
         records = [{"round": 0, "eval": self._evaluate(model, tokenizer, metrics, 0)}]

@@ -126,8 +126,9 @@ class RLTrainer:
             if self.reference is not None and "reference" in state:
                 self.reference.load_state_dict(state["reference"])
             self.log(f"resumed from {checkpoint} at step {start}")
-        self.policy = model_policy(model, tokenizer, cfg.algo.temperature)
-        self.val_policy = model_policy(model, tokenizer, cfg.train.validation_temperature)
+        self.policy = model_policy(model, tokenizer, cfg.algo.temperature, cfg.rollout.reuse_kv_cache)
+        self.val_policy = model_policy(model, tokenizer, cfg.train.validation_temperature,
+                                       cfg.rollout.reuse_kv_cache)
         self.metrics = MetricsLogger(self.run_dir)
         self.metrics.truncate_after(start)
         return start
