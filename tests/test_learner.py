@@ -8,7 +8,7 @@ import torch
 
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
-from agentgym_rl.train.batch import collate
+from agentgym_rl.train.batch import collate, micro_batches
 from agentgym_rl.train.learner import Learner, OptimConfig, token_logprobs
 from agentgym_rl.train.sft import nll_loss
 
@@ -48,3 +48,15 @@ def test_micro_batches_accumulate_to_the_full_batch_step(tiny_tokenizer):
     # and the step did change the weights
     fresh = build_model(tiny_tokenizer, SMALL)
     assert any(not torch.allclose(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
+
+
+def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_tokenizer):
+    batch = _batch(tiny_tokenizer)  # row lengths 5, 3, 4, 2
+    assert [rows for rows, _ in micro_batches(batch, 2)] == [[3, 1], [2, 0]]
+    assert [micro["input_ids"].shape[1] for _, micro in micro_batches(batch, 2)] == [3, 5]
+    model = build_model(tiny_tokenizer, SMALL).eval()
+    real = batch["attention_mask"]
+    scored = Learner(model, OptimConfig(micro_batch_size=2)).logprobs(batch) * real
+    with torch.no_grad():
+        whole = token_logprobs(model, batch) * real
+    assert torch.allclose(scored, whole, atol=1e-5)

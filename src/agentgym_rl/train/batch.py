@@ -44,8 +44,14 @@ def select(batch: TokenBatch, rows: torch.Tensor | list[int]) -> TokenBatch:
     return {k: (v[:, :width] if v.dim() == 2 else v) for k, v in picked.items()}
 
 
-def micro_batches(batch: TokenBatch, size: int) -> Iterator[TokenBatch]:
-    """Consecutive slices of at most `size` rows, each trimmed of padding."""
-    rows = batch["input_ids"].shape[0]
-    for start in range(0, rows, size):
-        yield select(batch, list(range(start, min(start + size, rows))))
+def micro_batches(batch: TokenBatch, size: int) -> Iterator[tuple[list[int], TokenBatch]]:
+    """Slices of at most `size` rows, each trimmed of padding, as (row indices, micro-batch).
+
+    Rows are taken in order of length, so rows of similar length share a micro-batch: in
+    multi-turn data lengths vary several-fold and padding would be most of the work.
+    """
+    lengths = batch["attention_mask"].sum(1).tolist()
+    order = sorted(range(len(lengths)), key=lambda row: lengths[row])
+    for start in range(0, len(order), size):
+        rows = order[start:start + size]
+        yield rows, select(batch, rows)

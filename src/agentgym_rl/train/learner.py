@@ -128,13 +128,11 @@ class Learner:
         out = {"logprobs": torch.zeros(shape)}
         if head is not None:
             out["values"] = torch.zeros(shape)
-        start = 0
         with self.model.disable_adapter() if reference else nullcontext():
-            for micro in micro_batches(batch, self.config.micro_batch_size):
-                rows, width = micro["input_ids"].shape
+            for rows, micro in micro_batches(batch, self.config.micro_batch_size):
+                width = micro["input_ids"].shape[1]
                 for key, value in token_outputs(scorer, micro, head).items():
-                    out[key][start:start + rows, :width] = value
-                start += rows
+                    out[key][rows, :width] = value
         scorer.train(was_training)
         return out
 
@@ -163,7 +161,7 @@ class Learner:
         total = batch["loss_mask"].sum() if weight_by == "tokens" else batch["loss_mask"].shape[0]
         total = max(float(total), 1.0)
         summed: dict[str, float] = {}
-        for micro in micro_batches(batch, self.config.micro_batch_size):
+        for _, micro in micro_batches(batch, self.config.micro_batch_size):
             share = float(micro["loss_mask"].sum() if weight_by == "tokens" else micro["loss_mask"].shape[0]) / total
             if share == 0.0:
                 continue
