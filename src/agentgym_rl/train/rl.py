@@ -184,15 +184,13 @@ class RLTrainer:
             return metrics
         batch = collate(rows, self.tokenizer.pad_token_id)
         mask = batch["loss_mask"]
-        if algo.recompute_old_logprobs or spec.needs_critic:
-            scored = self.learner.outputs(batch)
-            if algo.recompute_old_logprobs:
-                batch["old_logprobs"] = scored["logprobs"] * mask
-            if spec.needs_critic:
-                batch["old_values"] = scored["values"]
         beta = self.kl_control.value
-        if beta > 0:
-            batch["ref_logprobs"] = self._reference_logprobs(batch)
+        # Values and a KL in the reward enter the advantages: score every row first. Otherwise
+        # only the rows kept for the update are scored (below), which saves a forward pass
+        # over the rows of groups without signal.
+        score_first = spec.needs_critic or spec.kl_in_reward
+        if score_first:
+            self._score(batch, beta)
         rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
         fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
                   "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.get("old_values")}
@@ -216,6 +214,8 @@ class RLTrainer:
         if len(keep) == 0:
             return metrics
         batch = {k: v[keep] for k, v in batch.items()}
+        if not score_first:
+            self._score(batch, beta)
         rng = torch.Generator().manual_seed(self.config.seed * 100_003 + step)
         weight_by = "tokens" if spec.aggregation == "token-mean" else "sequences"
         skip = ("approx_kl", algo.max_kl) if algo.max_kl > 0 else None
@@ -234,6 +234,18 @@ class RLTrainer:
         if beta > 0 and "kl" in summed:
             self.kl_control.update(summed["kl"] / updates, n_steps=len(rows))
         return metrics
+
+    def _score(self, batch: TokenBatch, beta: float) -> None:
+        """Add the rows' old logprobs (recomputed by the learner), old values (with a critic)
+        and reference logprobs (with a KL term) to `batch`, in place."""
+        if self.config.algo.recompute_old_logprobs or self.algorithm.needs_critic:
+            scored = self.learner.outputs(batch)
+            if self.config.algo.recompute_old_logprobs:
+                batch["old_logprobs"] = scored["logprobs"] * batch["loss_mask"]
+            if self.algorithm.needs_critic:
+                batch["old_values"] = scored["values"]
+        if beta > 0:
+            batch["ref_logprobs"] = self._reference_logprobs(batch)
 
     def _reference_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         if self.reference is None:
