@@ -31,6 +31,10 @@ class EnvConfig:
     eval_split: str = "test"
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
+    invalid_action_penalty: float = 0.0
+    """RL training only: subtract this from the reward of each step the environment marks
+    invalid (`envs.wrappers.InvalidActionPenalty`). Validation and evaluation keep the
+    environment's own reward."""
 
 
 @dataclass

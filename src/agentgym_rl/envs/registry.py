@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..errors import UserError
 from .base import TextEnv
 from .tasks import SPLITS, Task
-from .wrappers import TurnLimit
+from .wrappers import InvalidActionPenalty, TurnLimit
 
 
 @dataclass(frozen=True)
@@ -72,17 +72,22 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
-def env_factory(env_id: str, kwargs: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
+def env_factory(env_id: str, kwargs: dict[str, Any] | None = None,
+                invalid_action_penalty: float = 0.0) -> Callable[[], TextEnv]:
     """A function building fresh `env_id` environments with `kwargs`, checked by building
-    one now so that bad arguments are a `UserError` before any work starts."""
+    one now so that bad arguments are a `UserError` before any work starts; with a
+    penalty > 0 they are wrapped in `InvalidActionPenalty`."""
     kwargs = dict(kwargs or {})
+    if invalid_action_penalty < 0:
+        raise UserError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
     try:
         make(env_id, **kwargs).close()
     except TypeError as error:
         raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
 
     def factory() -> TextEnv:
-        return make(env_id, **kwargs)
+        env = make(env_id, **kwargs)
+        return InvalidActionPenalty(env, invalid_action_penalty) if invalid_action_penalty else env
 
     factory.max_parallel = spec(env_id).max_parallel  # type: ignore[attr-defined]
     return factory

@@ -39,3 +39,41 @@ class TurnLimit(TextEnv):
     @property
     def unwrapped(self) -> TextEnv:
         return self.env.unwrapped
+
+
+class InvalidActionPenalty(TextEnv):
+    """Subtract `penalty` from the reward of every step the environment marks invalid
+    (`info["invalid_action"]`): a dense training signal for choosing actions that exist.
+
+    Success and termination are the environment's own, so evaluation is unchanged; only the
+    reward a trainer optimises differs. Without it, a group of episodes that all fail has one
+    reward and teaches nothing; with it, the episode that wasted fewer turns on impossible
+    actions scores higher.
+    """
+
+    def __init__(self, env: TextEnv, penalty: float):
+        if penalty < 0:
+            raise ValueError(f"penalty must be >= 0, got {penalty}")
+        self.env = env
+        self.penalty = penalty
+        self.env_id = env.env_id
+        self.instruction = env.instruction
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return self.env.reset(item_id, seed)
+
+    def step(self, action: str) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("invalid_action"):
+            reward -= self.penalty
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.env.close()
+
+    def available_actions(self) -> list[str] | None:
+        return self.env.available_actions()
+
+    @property
+    def unwrapped(self) -> TextEnv:
+        return self.env.unwrapped

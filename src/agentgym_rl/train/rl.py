@@ -82,7 +82,9 @@ class RLTrainer:
         self.run_dir = config.run_dir
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
-        self.engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs), config.rollout)
+        self.engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs,
+                                                         config.env.invalid_action_penalty), config.rollout)
+        self.val_engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs), config.rollout)
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
@@ -282,7 +284,7 @@ class RLTrainer:
 
         horizon = self.config.train.validation_max_turns or registry.spec(self.config.env.id).max_turns
         with tqdm(total=len(self.val_tasks), desc=f"validation (step {step})", unit="ep", leave=False) as bar:
-            trajectories = self.engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed,
+            trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed,
                                            progress=bar.update)
         stats = summarize(trajectories)
         self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
