@@ -67,8 +67,8 @@ class WarmupConfig:
     max_tokens: int = 4096
     """Skip demonstrations longer than this (attention cost grows with the square of length)."""
     lr_schedule: str = "cosine"
-    """"cosine" (decay to 0 over the warm-up's steps) or "constant". The tiny model stalls on a
-    constant rate: it learns the replies' format, then stops improving."""
+    """"cosine" (decay to 0 over the warm-up's steps) or "constant". On a constant 4e-3 the
+    tiny model's loss stopped falling at ~0.31 (format learnt, observations ignored)."""
     lr_warmup_steps: int = 0
     """Steps of linear learning-rate warm-up from 0."""
 

@@ -129,8 +129,7 @@ def plan_batches(lengths: list[int], batch_size: int, pack_tokens: int = 0,
     - with `rng`, rows are shuffled, cut into windows of `window * batch_size` rows, and
       each window is sorted by length and cut into batches, whose order is shuffled again.
       Re-drawn every epoch, batches then mix conversations of different kinds: a global
-      length sort would put the same (similar, e.g. same-level) conversations together in
-      every epoch, which stalled the tiny model's warm-up.
+      length sort puts the same conversations (often of one level) together in every epoch.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
