@@ -7,16 +7,39 @@ from typing import Any
 from .base import StepResult, TextEnv
 
 
-class TurnLimit(TextEnv):
+class Wrapper(TextEnv):
+    """Forwards everything to `env`; a subclass overrides the one call its concern changes."""
+
+    def __init__(self, env: TextEnv):
+        self.env = env
+        self.env_id = env.env_id
+        self.instruction = env.instruction
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return self.env.reset(item_id, seed)
+
+    def step(self, action: str) -> StepResult:
+        return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+    def available_actions(self) -> list[str] | None:
+        return self.env.available_actions()
+
+    @property
+    def unwrapped(self) -> TextEnv:
+        return self.env.unwrapped
+
+
+class TurnLimit(Wrapper):
     """Truncate an episode after `max_turns` steps (the interaction horizon)."""
 
     def __init__(self, env: TextEnv, max_turns: int):
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.env = env
+        super().__init__(env)
         self.max_turns = max_turns
-        self.env_id = env.env_id
-        self.instruction = env.instruction
         self.turns = 0
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
@@ -30,18 +53,8 @@ class TurnLimit(TextEnv):
             truncated = True
         return obs, reward, terminated, truncated, info
 
-    def close(self) -> None:
-        self.env.close()
 
-    def available_actions(self) -> list[str] | None:
-        return self.env.available_actions()
-
-    @property
-    def unwrapped(self) -> TextEnv:
-        return self.env.unwrapped
-
-
-class InvalidActionPenalty(TextEnv):
+class InvalidActionPenalty(Wrapper):
     """Subtract `penalty` from the reward of every step the environment marks invalid
     (`info["invalid_action"]`): a dense training signal for choosing actions that exist.
 
@@ -54,26 +67,11 @@ class InvalidActionPenalty(TextEnv):
     def __init__(self, env: TextEnv, penalty: float):
         if penalty < 0:
             raise ValueError(f"penalty must be >= 0, got {penalty}")
-        self.env = env
+        super().__init__(env)
         self.penalty = penalty
-        self.env_id = env.env_id
-        self.instruction = env.instruction
-
-    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        return self.env.reset(item_id, seed)
 
     def step(self, action: str) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if info.get("invalid_action"):
             reward -= self.penalty
         return obs, reward, terminated, truncated, info
-
-    def close(self) -> None:
-        self.env.close()
-
-    def available_actions(self) -> list[str] | None:
-        return self.env.available_actions()
-
-    @property
-    def unwrapped(self) -> TextEnv:
-        return self.env.unwrapped
