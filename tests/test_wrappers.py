@@ -27,10 +27,12 @@ def test_penalty_is_subtracted_on_invalid_steps_only():
 
 
 def test_factory_wraps_only_with_a_penalty(counter_env_registered):
-    assert isinstance(registry.env_factory("counter", {}, invalid_action_penalty=0.5)(), InvalidActionPenalty)
-    assert isinstance(registry.env_factory("counter", {})(), CounterEnv)
+    make_env = registry.env_factory("counter", {})
+    assert isinstance(registry.with_invalid_action_penalty(make_env, 0.5)(), InvalidActionPenalty)
+    assert registry.with_invalid_action_penalty(make_env, 0.0) is make_env
+    assert isinstance(make_env(), CounterEnv)
     with pytest.raises(UserError, match="invalid_action_penalty"):
-        registry.env_factory("counter", {}, invalid_action_penalty=-1)
+        registry.with_invalid_action_penalty(make_env, -1)
 
 
 def test_trainer_penalises_training_rollouts_not_validation(tmp_path, counter_env_registered):

@@ -19,7 +19,7 @@ from .agent.tiny import TinyModelConfig
 from .errors import UserError
 from .rollout.engine import RolloutConfig
 from .train.learner import OptimConfig
-from .train.sft import LR_SCHEDULES
+from .train.sft import check_lr_schedule
 
 
 @dataclass
@@ -73,8 +73,7 @@ class WarmupConfig:
     """Steps of linear learning-rate warm-up from 0."""
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        check_lr_schedule(self.lr_schedule, self.lr_warmup_steps)
 
 
 @dataclass

@@ -72,24 +72,34 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
-def env_factory(env_id: str, kwargs: dict[str, Any] | None = None,
-                invalid_action_penalty: float = 0.0) -> Callable[[], TextEnv]:
+def env_factory(env_id: str, kwargs: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
     """A function building fresh `env_id` environments with `kwargs`, checked by building
-    one now so that bad arguments are a `UserError` before any work starts; with a
-    penalty > 0 they are wrapped in `InvalidActionPenalty`."""
+    one now so that bad arguments are a `UserError` before any work starts."""
     kwargs = dict(kwargs or {})
-    if invalid_action_penalty < 0:
-        raise UserError(f"invalid_action_penalty must be >= 0, got {invalid_action_penalty}")
     try:
         make(env_id, **kwargs).close()
     except TypeError as error:
         raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
 
     def factory() -> TextEnv:
-        env = make(env_id, **kwargs)
-        return InvalidActionPenalty(env, invalid_action_penalty) if invalid_action_penalty else env
+        return make(env_id, **kwargs)
 
     factory.max_parallel = spec(env_id).max_parallel  # type: ignore[attr-defined]
+    return factory
+
+
+def with_invalid_action_penalty(make_env: Callable[[], TextEnv], penalty: float) -> Callable[[], TextEnv]:
+    """`make_env` (an `env_factory`) whose environments are wrapped in `InvalidActionPenalty`;
+    `make_env` itself when the penalty is 0."""
+    if penalty < 0:
+        raise UserError(f"invalid_action_penalty must be >= 0, got {penalty}")
+    if not penalty:
+        return make_env
+
+    def factory() -> TextEnv:
+        return InvalidActionPenalty(make_env(), penalty)
+
+    factory.max_parallel = getattr(make_env, "max_parallel", 0)  # type: ignore[attr-defined]
     return factory
 
 

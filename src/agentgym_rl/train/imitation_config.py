@@ -15,7 +15,7 @@ from typing import Any
 from ..config import EnvConfig, ModelConfig, WarmupConfig
 from ..rollout.engine import RolloutConfig
 from .learner import OptimConfig
-from .sft import LR_SCHEDULES
+from .sft import check_lr_schedule
 
 
 def _at_least(owner: Any, minimum: float, *names: str) -> None:
@@ -45,9 +45,7 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "epochs", "batch_size", "max_tokens", "pack_tokens")
-        _at_least(self, 0, "lr_warmup_steps")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        check_lr_schedule(self.lr_schedule, self.lr_warmup_steps)
 
 
 @dataclass

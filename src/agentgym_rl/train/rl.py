@@ -82,9 +82,10 @@ class RLTrainer:
         self.run_dir = config.run_dir
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
-        self.engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs,
-                                                         config.env.invalid_action_penalty), config.rollout)
-        self.val_engine = RolloutEngine(registry.env_factory(config.env.id, config.env.kwargs), config.rollout)
+        make_env = registry.env_factory(config.env.id, config.env.kwargs)
+        self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
+                                    config.rollout)
+        self.val_engine = RolloutEngine(make_env, config.rollout)
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:

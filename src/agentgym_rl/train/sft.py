@@ -158,8 +158,7 @@ def lr_multiplier(schedule: str, step: int, total_steps: int, warmup_steps: int 
     Linear warm-up from 0 over `warmup_steps`, then "constant" (1) or "cosine" (half a cosine
     from 1 down to 0 at `total_steps`, as in Loshchilov & Hutter 2017, SGDR, without restarts).
     """
-    if schedule not in LR_SCHEDULES:
-        raise ValueError(f"unknown lr schedule {schedule!r}; known: {', '.join(LR_SCHEDULES)}")
+    check_lr_schedule(schedule, warmup_steps)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":
@@ -169,6 +168,14 @@ def lr_multiplier(schedule: str, step: int, total_steps: int, warmup_steps: int 
 
 
 LR_SCHEDULES = ("constant", "cosine")
+
+
+def check_lr_schedule(schedule: str, warmup_steps: int = 0) -> None:
+    """Raise ValueError for an unknown schedule name or a negative warm-up."""
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"unknown lr schedule {schedule!r}; known: {', '.join(LR_SCHEDULES)}")
+    if warmup_steps < 0:
+        raise ValueError(f"lr warm-up steps must be >= 0, got {warmup_steps}")
 
 
 def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: int, batch_size: int,
