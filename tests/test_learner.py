@@ -60,3 +60,25 @@ def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_token
     with torch.no_grad():
         whole = token_logprobs(model, batch) * real
     assert torch.allclose(scored, whole, atol=1e-5)
+
+
+def test_learner_scores_the_tempered_policy_that_sampled_the_rollout(tiny_tokenizer):
+    """The generator's behaviour logprobs at temperature 0.5 are the learner's at 0.5 (so PPO's
+    ratio starts at 1), and not the untempered ones."""
+    from agentgym_rl.agent.generator import HFGenerator
+
+    model = build_model(tiny_tokenizer, SMALL).eval()
+    with torch.no_grad():  # sharper logits than the default init, so temperature matters
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0, 0.5)
+    prompt = tiny_tokenizer.encode("Your goal: go to the red ball.")
+    torch.manual_seed(0)
+    generation = HFGenerator(model, tiny_tokenizer.pad_token_id, [], 0.5).generate([prompt], 6)[0]
+    ids = prompt + generation.ids
+    batch = collate([Trajectory("e", "e_0", "c", input_ids=ids, loss_mask=[0] * len(prompt) + [1] * 6)],
+                    tiny_tokenizer.pad_token_id)
+    tempered = Learner(model, OptimConfig(), temperature=0.5).logprobs(batch)[0, len(prompt):]
+    plain = Learner(model, OptimConfig()).logprobs(batch)[0, len(prompt):]
+    assert torch.allclose(tempered, torch.tensor(generation.logprobs), atol=1e-4)
+    assert not torch.allclose(plain, torch.tensor(generation.logprobs), atol=1e-2)

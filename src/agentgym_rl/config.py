@@ -87,6 +87,8 @@ class AlgoConfig:
     group_size: int = 8
     """Samples per task (the group of GRPO, RLOO and LOOP)."""
     temperature: float = 1.0
+    """Sampling temperature of the rollouts; the learner scores softmax(logits / temperature),
+    the policy that sampled them."""
     minibatch_size: int = 64
     """Trajectories per optimizer step."""
     clip_eps: float | None = None
@@ -123,6 +125,10 @@ class AlgoConfig:
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"algo.temperature must be > 0 (RL samples its rollouts), got {self.temperature}")
 
 
 @dataclass

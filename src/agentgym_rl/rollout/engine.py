@@ -56,6 +56,9 @@ class RolloutConfig:
     """Token limit of a whole episode; an episode that would exceed it is truncated."""
     env_workers: int = 4
     """Threads stepping environments (helps envs that wait on I/O: HTTP, JVM, browser)."""
+    expert_processes: int = 0
+    """Processes that play a scripted expert's episodes (0: one per CPU core). A pure-Python
+    expert holds the GIL, so threads cannot spread it over cores; processes can."""
     system_prompt: bool = True
     """Open each conversation with the environment's instruction as a system message."""
     max_envs: int = 0

@@ -39,8 +39,11 @@ def _shift(per_position: torch.Tensor) -> torch.Tensor:
 
 
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
-                  entropy: bool = False) -> dict[str, torch.Tensor]:
+                  entropy: bool = False, temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
+
+    `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
+    so that PPO's ratio compares the sampling policy with itself.
 
     A batch with "segment_ids" and "position_ids" (`packing.collate_packed`) is packed: each
     row holds several documents and token t sees only the earlier tokens of its own one (at a
@@ -60,11 +63,12 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     else:
         inputs = {"attention_mask": batch["attention_mask"]}
     result = model(input_ids=batch["input_ids"], **inputs, output_hidden_states=value_head is not None)
-    logprobs = torch.log_softmax(result.logits[:, :-1].float(), dim=-1)
+    logits = result.logits[:, :-1].float() / temperature
+    logprobs = torch.log_softmax(logits, dim=-1)
     picked = logprobs.gather(-1, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
     out = {"logprobs": _shift(picked)}
     if entropy:
-        out["entropy"] = _shift(token_entropy(result.logits[:, :-1].float()))
+        out["entropy"] = _shift(token_entropy(logits))
     if value_head is not None:
         out["values"] = _shift(value_head(result.hidden_states[-1][:, :-1].float()).squeeze(-1))
     return out
@@ -90,11 +94,17 @@ class Learner:
         value_head: add a critic: a linear layer from the last hidden state to a scalar
             (PPO). It shares the policy's trunk, so no second model is kept.
         entropy: also compute per-token entropies for the loss (an entropy bonus).
+        temperature: the policy's sampling temperature; every logprob (old, new, reference)
+            is of softmax(logits / temperature).
     """
 
-    def __init__(self, model: Any, config: OptimConfig, value_head: bool = False, entropy: bool = False):
+    def __init__(self, model: Any, config: OptimConfig, value_head: bool = False, entropy: bool = False,
+                 temperature: float = 1.0):
+        if temperature <= 0:
+            raise ValueError(f"a learner scores a sampling policy: temperature must be > 0, got {temperature}")
         self.model = model
         self.entropy = entropy
+        self.temperature = temperature
         self.config = config
         self.value_head = None
         if value_head:
@@ -131,7 +141,7 @@ class Learner:
         with self.model.disable_adapter() if reference else nullcontext():
             for rows, micro in micro_batches(batch, self.config.micro_batch_size):
                 width = micro["input_ids"].shape[1]
-                for key, value in token_outputs(scorer, micro, head).items():
+                for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
                     out[key][rows, :width] = value
         scorer.train(was_training)
         return out
@@ -165,7 +175,8 @@ class Learner:
             share = float(micro["loss_mask"].sum() if weight_by == "tokens" else micro["loss_mask"].shape[0]) / total
             if share == 0.0:
                 continue
-            loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy))
+            loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
+                                                         self.temperature))
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)

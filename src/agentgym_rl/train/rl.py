@@ -115,7 +115,7 @@ class RLTrainer:
                 model, tokenizer = load_model_and_tokenizer(checkpoint / "model")
         self.tokenizer = tokenizer
         self.learner = Learner(model, cfg.optim, value_head=self.algorithm.needs_critic,
-                               entropy=cfg.algo.entropy_coef > 0)
+                               entropy=cfg.algo.entropy_coef > 0, temperature=cfg.algo.temperature)
         # The KL reference: the adapter-disabled base with LoRA (no copy), else a frozen copy.
         self.reference = None
         if self.algorithm.kl_coef > 0 and not cfg.model.lora_rank:

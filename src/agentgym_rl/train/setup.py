@@ -3,6 +3,10 @@ expert demonstrations."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,6 +16,7 @@ from ..agent.chat import ChatEncoder
 from ..agent.loading import load_model_and_tokenizer
 from ..agent.tiny import build_tiny
 from ..envs import registry
+from ..envs.tasks import Task
 from ..errors import UserError
 from ..rollout.engine import RolloutConfig, RolloutEngine
 from ..rollout.trajectory import Trajectory
@@ -19,15 +24,43 @@ from .learner import Learner, OptimConfig
 from .sft import prepare_sft_data, sft_epochs
 
 
+EPISODES_PER_PROCESS = 32
+"""Fewest expert episodes worth a process of their own (starting one imports the package: ~2 s)."""
+
+
 def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_turns: int | None = None,
                    rollout: RolloutConfig | None = None, env_kwargs: dict | None = None,
                    progress: Any = None) -> list[Trajectory]:
-    """Run the environment's expert on the first `episodes` tasks of `split`."""
+    """Run the environment's expert on the first `episodes` tasks of `split`.
+
+    With `rollout.expert_processes` other than 1 and enough episodes, slices of the tasks are
+    played in separate processes; the result is the same list (same order and group ids)."""
+    rollout = rollout or RolloutConfig()
     tasks = registry.tasks(env_id, split)[:episodes]
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout or RolloutConfig())
-    expert = registry.make_expert(env_id)
     horizon = max_turns or registry.spec(env_id).max_turns
-    return engine.run(tasks, expert, horizon, seed=seed, progress=progress)
+    processes = min(rollout.expert_processes or len(os.sched_getaffinity(0)), len(tasks) // EPISODES_PER_PROCESS)
+    # "fork": children inherit the registry (with envs registered at run time) and need no
+    # `if __name__ == "__main__"` guard in the caller's script; they run no torch code.
+    if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, progress)
+    # Small slices handed out as processes free up keep both the load and the progress bar even.
+    size = max(1, min(16, len(tasks) // (4 * processes)))
+    slices = [tasks[start:start + size] for start in range(0, len(tasks), size)]
+    trajectories: list[Trajectory] = []
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs) for part in slices]
+        for offset, future in zip(range(0, len(tasks), size), futures):
+            played = future.result()
+            trajectories += [replace(t, group=t.group + offset) for t in played]
+            if progress is not None:
+                progress(len(played))
+    return trajectories
+
+
+def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollout: RolloutConfig,
+                 env_kwargs: dict | None, progress: Any = None) -> list[Trajectory]:
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout)
+    return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
 
 
 def conversation_text(trajectories: list[Trajectory]) -> list[str]:

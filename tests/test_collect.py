@@ -1,0 +1,17 @@
+"""Expert collection in several processes gives the same episodes as in one."""
+
+from agentgym_rl.rollout.engine import RolloutConfig
+from agentgym_rl.train.setup import EPISODES_PER_PROCESS, collect_expert
+
+
+def test_expert_processes_give_the_episodes_of_one_process():
+    episodes = 2 * EPISODES_PER_PROCESS + 5  # enough for two processes, slices of unequal length
+    one = collect_expert("textcraft", "train", episodes, rollout=RolloutConfig(expert_processes=1))
+    seen = []
+    two = collect_expert("textcraft", "train", episodes, rollout=RolloutConfig(expert_processes=2),
+                         progress=seen.append)
+    assert sum(seen) == episodes
+    assert [t.item_id for t in two] == [t.item_id for t in one]
+    assert [t.group for t in two] == list(range(episodes))
+    assert [t.messages for t in two] == [t.messages for t in one]
+    assert all(t.success for t in two)
