@@ -18,6 +18,7 @@ from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, ite
 from agentgym_rl.envs.babyai.render import describe, observe
 from agentgym_rl.envs.base import EnvStateError
 from agentgym_rl.envs.checker import check_env
+from agentgym_rl.envs.parsing import drop_thought, extract_action
 from agentgym_rl.envs.wrappers import TurnLimit
 
 
@@ -228,6 +229,16 @@ def test_react_reply_goes_through_extract_action(env):
     obs, reward, terminated, truncated, info = env.step("Thought: I should look left.\nAction: turn left")
     assert not info["invalid_action"] and info["primitive_steps"] == 1
     assert env.minigrid_env.agent_dir == (direction - 1) % 4
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Thought: I need to go to the red ball.\nAction: go to red ball 1", "Action: go to red ball 1"),
+    ("Thought: first\nAction: turn left\nThought: no\naction: turn right", "action: turn right"),
+    ("turn left", "turn left"),
+])
+def test_drop_thought_keeps_the_acted_line(text, expected):
+    assert drop_thought(text) == expected
+    assert extract_action(drop_thought(text)) == extract_action(text)
 
 
 def test_check_available_actions_takes_no_step(env):

@@ -404,3 +404,14 @@ def test_imitation_configs_load_with_their_own_class(name):
     assert config.run_name == f"babyai_{name}"
     with pytest.raises(UserError, match="unknown config key 'bogus'"):
         load_config(cls, REPO / "configs" / f"babyai_{name}.yaml", ["bogus=1"])
+
+
+def test_without_thoughts_cuts_replies_to_their_action_line():
+    from agentgym_rl.train.setup import without_thoughts
+
+    demo = Trajectory("babyai", "babyai_1", "GoTo", input_ids=[1, 2], loss_mask=[0, 1], messages=[
+        {"role": "user", "content": "Thought: not a reply\nYou see a wall."},
+        {"role": "assistant", "content": "Thought: I need to turn.\nAction: turn left"}])
+    cut = without_thoughts(demo)
+    assert [m["content"] for m in cut.messages] == ["Thought: not a reply\nYou see a wall.", "Action: turn left"]
+    assert cut.input_ids == [] and demo.messages[1]["content"].startswith("Thought")  # ids re-encoded later

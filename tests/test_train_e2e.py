@@ -31,7 +31,7 @@ def train(tmp_path: Path, name: str, *extra: str, resume: bool = False, config: 
 
 
 def test_train_writes_a_complete_run_folder(tmp_path):
-    run_dir = train(tmp_path, "full", "train.steps=4")
+    run_dir = train(tmp_path, "full", "train.steps=4", "warmup.thoughts=false")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "train/success" in r]
     assert [r["step"] for r in train_rows] == [1, 2, 3, 4]

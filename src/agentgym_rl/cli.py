@@ -42,6 +42,8 @@ def eval_command(
     samples: int = typer.Option(1, help="Samples per item (Avg@n over them, Pass@k with k = samples)."),
     max_turns: Optional[int] = typer.Option(None, help="Turn limit (default: the environment's)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature of a model policy (0 = greedy)."),
+    max_new_tokens: int = typer.Option(48, min=1, help="Token limit of one reply of a model policy (the quickstart "
+                                       "trains and validates with 12)."),
     seed: int = typer.Option(0, help="Seed of resets and the random policy."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     trajectories: Optional[Path] = typer.Option(None, help="Write the episodes as JSONL here."),
@@ -62,7 +64,8 @@ def eval_command(
     for item in env_arg or []:
         apply_override(env_kwargs, item)
     summary, episodes_run = evaluate(env, policy, split, episodes, samples, max_turns, temperature, seed,
-                                     RolloutConfig(system_prompt=system_prompt, reuse_kv_cache=reuse_kv_cache),
+                                     RolloutConfig(max_new_tokens=max_new_tokens, system_prompt=system_prompt,
+                                                   reuse_kv_cache=reuse_kv_cache),
                                      env_kwargs=env_kwargs)
     typer.echo(format_table(summary))
     if json_out is not None:
@@ -136,6 +139,8 @@ def collect(
     successes_only: bool = typer.Option(False, help="Write only the episodes that succeeded."),
     max_turns: Optional[int] = typer.Option(None, help="Turn limit (default: the environment's)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature of a model policy (0 = greedy)."),
+    max_new_tokens: int = typer.Option(48, min=1, help="Token limit of one reply of a model policy (the quickstart "
+                                       "trains and validates with 12)."),
     seed: int = typer.Option(0, help="Seed of resets and the random policy."),
     env_arg: Optional[List[str]] = typer.Option(None, help="Environment argument key=value (repeatable), "
                                                 "e.g. list_actions=false."),
@@ -151,7 +156,8 @@ def collect(
     for item in env_arg or []:
         apply_override(env_kwargs, item)
     result = collect_episodes(env, policy, out, split, episodes, samples, max_turns, temperature, seed, fmt,
-                              successes_only, RolloutConfig(system_prompt=system_prompt), env_kwargs)
+                              successes_only, RolloutConfig(max_new_tokens=max_new_tokens, system_prompt=system_prompt),
+                              env_kwargs)
     summary = result.summary
     dropped = []
     if result.dropped_failures:

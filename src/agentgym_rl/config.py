@@ -71,6 +71,9 @@ class WarmupConfig:
     tiny model's loss stopped falling at ~0.31 (format learnt, observations ignored)."""
     lr_warmup_steps: int = 0
     """Steps of linear learning-rate warm-up from 0."""
+    thoughts: bool = True
+    """Keep the demonstrations' ReAct thoughts. False trains replies of the `Action:` line alone:
+    a templated thought (BabyAI's) adds no information but doubles the tokens generated per turn."""
 
     def __post_init__(self) -> None:
         check_lr_schedule(self.lr_schedule, self.lr_warmup_steps)

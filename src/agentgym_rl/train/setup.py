@@ -16,6 +16,7 @@ from ..agent.chat import ChatEncoder
 from ..agent.loading import load_model_and_tokenizer
 from ..agent.tiny import build_tiny
 from ..envs import registry
+from ..envs.parsing import drop_thought
 from ..envs.tasks import Task
 from ..errors import UserError
 from ..rollout.engine import RolloutConfig, RolloutEngine
@@ -68,6 +69,14 @@ def conversation_text(trajectories: list[Trajectory]) -> list[str]:
     return [m["content"] for t in trajectories for m in t.messages]
 
 
+def without_thoughts(trajectory: Trajectory) -> Trajectory:
+    """`trajectory` with each reply cut to its `Action:` line (messages only: token ids are
+    re-encoded from the messages by `prepare_sft_data`)."""
+    messages = [dict(m, content=drop_thought(m["content"])) if m["role"] == "assistant" else m
+                for m in trajectory.messages]
+    return replace(trajectory, messages=messages, input_ids=[], loss_mask=[], logprobs=[])
+
+
 def check_model_path(model_path: str | None) -> None:
     """Fail early (before collecting data) on a `model.path` that is not a model folder."""
     if model_path is not None and not Path(model_path, "config.json").is_file():
@@ -117,6 +126,8 @@ def prepare_policy(model_path: str | None, tiny_config: Any, env_id: str, env_kw
                                            lambda: conversation_text(demos[:corpus_episodes]), out_dir, seed, log)
     if warmup.episodes:
         successes = [t for t in demos[:warmup.episodes] if t.success]
+        if not warmup.thoughts:
+            successes = [without_thoughts(t) for t in successes]
         data, _ = prepare_sft_data(successes, warmup.max_tokens, ChatEncoder(tokenizer))
         learner = Learner(model, OptimConfig(lr=warmup.lr, micro_batch_size=warmup.batch_size))
         batches = warmup.epochs * -(-len(data) // warmup.batch_size)
