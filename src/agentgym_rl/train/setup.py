@@ -26,7 +26,7 @@ from .sft import prepare_sft_data, sft_epochs
 
 
 EPISODES_PER_PROCESS = 32
-"""Fewest expert episodes worth a process of their own (starting one imports the package: ~2 s)."""
+"""Fewest expert episodes worth a process of their own (each costs a fork and sending its episodes back)."""
 
 
 def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_turns: int | None = None,
