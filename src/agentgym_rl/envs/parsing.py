@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_ACTION_START = re.compile(r"^\s*action\s*:", re.IGNORECASE | re.MULTILINE)
 
 
 def extract_action(text: str) -> str | None:
@@ -23,5 +22,5 @@ def extract_action(text: str) -> str | None:
 def drop_thought(text: str) -> str:
     """The reply from its last `Action:` line on ("Thought: x\nAction: y" -> "Action: y");
     a reply without one is returned unchanged."""
-    starts = list(_ACTION_START.finditer(text))
+    starts = list(_ACTION_LINE.finditer(text))
     return text[starts[-1].start():].strip() if starts else text
