@@ -201,12 +201,15 @@ class HFGenerator:
             return_dict_in_generate=True,
             use_cache=True,
         )
-        extra = {} if cache is None else {"past_key_values": cache}
+        if cache is None:
+            from .kv_cache import appending_cache
+
+            cache = appending_cache(self.model.config)
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
             out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                      **extra)
+                                      past_key_values=cache)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
         # scores: one (B, V) tensor per generated position, already divided by temperature.
@@ -234,4 +237,6 @@ def _continuable(cache: Any) -> bool:
     dynamic layers (a sliding window would count padding columns, recurrent states cannot be masked)."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
-    return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
+    from .kv_cache import AppendLayer
+
+    return isinstance(cache, DynamicCache) and all(type(layer) in (DynamicLayer, AppendLayer) for layer in cache.layers)

@@ -1,0 +1,69 @@
+"""A KV cache that appends in place.
+
+transformers' `DynamicLayer` appends each decoding step's keys and values with `torch.cat`,
+copying the whole cache every step. With long multi-turn prompts and short replies that copy
+dominated generation on a CPU (5.3 of 17.4 s of a BabyAI rollout step). `AppendLayer` keeps its
+keys and values in a buffer with room to spare and writes each step into it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
+
+SPARE_COLUMNS = 64
+"""Columns allocated beyond what is needed when a buffer is (re)allocated: one allocation
+serves that many decoding steps."""
+
+
+def _append(buffer: torch.Tensor | None, current: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append `new` (B, H, S, D) to `current` (B, H, L, D) along dim 2.
+
+    Writes into `buffer` when `current` is its first L columns and it has room for S more;
+    otherwise allocates a new buffer of L + S + SPARE_COLUMNS columns.
+    Returns:
+        (buffer, the first L + S columns of it: a view)
+    """
+    length = current.shape[-2] if current.dim() == 4 else 0
+    needed = length + new.shape[-2]
+    in_buffer = (buffer is not None and length > 0 and current.data_ptr() == buffer.data_ptr()
+                 and current.shape[:2] == buffer.shape[:2] and needed <= buffer.shape[-2])
+    if not in_buffer:
+        shape = (*new.shape[:2], needed + SPARE_COLUMNS, new.shape[-1])
+        buffer = torch.empty(shape, dtype=new.dtype, device=new.device)
+        if length:
+            buffer[:, :, :length] = current
+    buffer[:, :, length:needed] = new
+    return buffer, buffer[:, :, :needed]
+
+
+class AppendLayer(DynamicLayer):
+    """A full-attention `DynamicLayer` whose `keys`/`values` are views of growing buffers.
+
+    Everything else (`get_seq_length`, `batch_select_indices`, cropping) works on the views as
+    on `DynamicLayer`'s tensors; a method that replaces them with fresh tensors just makes the
+    next `update` allocate a new buffer.
+    """
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self._key_buffer, self.keys = _append(self._key_buffer, self.keys, key_states)
+        self._value_buffer, self.values = _append(self._value_buffer, self.values, value_states)
+        return self.keys, self.values
+
+
+def appending_cache(config: Any) -> DynamicCache:
+    """An empty `DynamicCache` for a model with `config`, its full-attention layers `AppendLayer`s
+    (sliding-window and other layer kinds are left as transformers builds them)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [AppendLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
