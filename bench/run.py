@@ -29,6 +29,37 @@ def timed(fn, repeat: int = 3) -> float:
     return best
 
 
+def cache_rows(model, params: int) -> list[tuple[str, str]]:
+    """Greedy sampling with transformers' DynamicCache (torch.cat every step) vs ours (in place)."""
+    from transformers import GenerationConfig
+    from transformers.cache_utils import DynamicCache
+
+    from agentgym_rl.agent.kv_cache import appending_cache
+
+    config = GenerationConfig(max_new_tokens=24, do_sample=False, eos_token_id=[], pad_token_id=0)
+    ids = torch.full((64, 1024), 5)
+    rows = []
+    for name, make_cache in [("DynamicCache", DynamicCache), ("appending cache", lambda: appending_cache(model.config))]:
+        with torch.no_grad():
+            seconds = timed(lambda: model.generate(ids, generation_config=config, past_key_values=make_cache()), 2)
+        rows.append((f"tiny model ({params / 1e6:.2f}M) greedy 24 tokens, batch 64 × context 1024, {name}",
+                     f"{seconds:.2f} s"))
+    return rows
+
+
+def padding_rows(model) -> list[tuple[str, str]]:
+    """Forward+backward over right-padded rows of rollout-like lengths, with the padding mask
+    given to the model vs left out (what `token_outputs` does for a right-padded batch)."""
+    lengths = [400, 800, 1200, 1600, 2000, 2400, 2800, 3100]
+    ids = torch.randint(5, 400, (len(lengths), max(lengths)))
+    mask = (torch.arange(max(lengths)) < torch.tensor(lengths)[:, None]).long()
+    rows = []
+    for name, inputs in [("with its padding mask", {"attention_mask": mask}), ("mask left out", {})]:
+        seconds = timed(lambda: model(input_ids=ids, **inputs).logits.sum().backward(), 2)
+        rows.append((f"forward+backward, 8 right-padded rows of 400-3100 tokens, {name}", f"{seconds:.2f} s"))
+    return rows
+
+
 def main() -> None:
     rows = []
     env = make("babyai")
@@ -54,7 +85,9 @@ def main() -> None:
         seconds = timed(lambda: generator.generate(prompts, 24), 2)
         rows.append((f"tiny model ({params / 1e6:.2f}M) sample 24 tokens, batch {batch} × context {context}",
                      f"{seconds:.2f} s ({batch * 24 / seconds:.0f} new tokens/s)"))
+    rows += cache_rows(model, params)
     model.train()
+    rows += padding_rows(model)
     for batch, length in [(16, 512), (8, 2048)]:
         ids = torch.randint(5, len(tokenizer), (batch, length))
         batch_dict = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}

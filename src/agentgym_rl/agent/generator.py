@@ -77,6 +77,8 @@ class HFGenerator:
     extend no row (a new episode) join as rows that attend to none of the cached columns. A
     batch with no match, one over `batch_size` prompts, or one grown too wide is prefilled
     afresh. Call `reset()` whenever the weights change (the rollout engine does, per run).
+    A fresh prefill starts from `kv_cache.appending_cache`, which writes each decoding step into
+    spare columns instead of copying the cache.
 
     Args:
         model: a `transformers` causal LM (shared with the learner: weights are in sync).
