@@ -71,7 +71,7 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         # Under a causal mask a real token attends only to earlier positions, all real when the
         # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA
         # runs its causal kernel instead of materialising a (B, 1, T, T) mask: a GRPO update on
-        # BabyAI rollouts of 400-3,100 tokens ran 2.5x faster in micro-batches of 8.
+        # BabyAI rollouts of 400-3,100 tokens took 20.7 s instead of 34.5 s in micro-batches of 8.
         inputs = {}
     else:
         inputs = {"attention_mask": batch["attention_mask"]}
