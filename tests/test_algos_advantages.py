@@ -17,6 +17,7 @@ from agentgym_rl.algos import (
     gae_advantages,
     grpo_advantages,
     loop_advantages,
+    no_credit_for_turns,
     outcome_token_rewards,
     register_advantage,
     reinforce_pp_advantages,
@@ -344,3 +345,19 @@ def test_register_advantage_enforces_the_convention():
         def bad3(rewards, *, gamma):
             pass
     assert not {"bad1", "bad2", "bad3"} & set(ADVANTAGE)
+
+
+def test_no_credit_for_turns_caps_only_the_listed_turns_positive_tokens():
+    # Row 0: turns 0 (tokens 0-1), 1 (4-5), 2 (7); turn 1 listed: its +0.5s become 0.
+    # Row 1: a failed trajectory, turn 0 listed: its negative advantage stays.
+    # Row 2: nothing listed.
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 1, 1, 0, 0]])
+    advantages = torch.tensor([[0.5, 0.5, 0, 0, 0.5, 0.5, 0, 0.5], [-0.3] * 2 + [0, 0] + [-0.3] * 2 + [0, 0],
+                               [0.2, 0.2, 0, 0, 0.2, 0.2, 0, 0]])
+    capped, count = no_credit_for_turns(advantages, mask, [[1], [0], []])
+    assert capped.tolist() == [[0.5, 0.5, 0, 0, 0.0, 0.0, 0, 0.5], advantages[1].tolist(), advantages[2].tolist()]
+    assert count == 2
+    # A turn index past the row's last turn touches nothing.
+    assert torch.equal(no_credit_for_turns(advantages, mask, [[5], [], []])[0], advantages)
+    with pytest.raises(ValueError, match="B turn lists"):
+        no_credit_for_turns(advantages, mask, [[1]])

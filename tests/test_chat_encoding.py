@@ -69,6 +69,7 @@ def test_rollout_ids_equal_template_encoding_of_the_conversation(family):
     assert contents == [CounterEnv.instruction, "Goal: count to 2.", REPLIES[0], "Counter value is 1.",
                         REPLIES[1], "Nothing happens.", REPLIES[2], "Counter value is 2."]
     assert trajectory.success and trajectory.turns == 3 and trajectory.invalid_actions == 1
+    assert trajectory.invalid_turns == [1]  # "look", the second reply
 
     # Ids + the final observation's delta == the template's own encoding of the conversation.
     final_delta = encoder.user_delta(trajectory.messages[:-1], trajectory.messages[-1]["content"])

@@ -125,6 +125,10 @@ class AlgoConfig:
     """Leave rows whose advantage is zero on every token out of the update when no KL loss
     or value term needs them: they add nothing to the policy gradient, only compute (as in
     DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
+    invalid_turn_credit: bool = True
+    """False: a turn whose action the environment rejected gets no positive advantage (its
+    tokens' advantage is capped at 0), even in a successful trajectory. Such an action
+    changed nothing, so the outcome cannot credit it."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .kl import kl_reward_penalty
-from .masked import as_bool_mask, masked_mean, masked_whiten
+from .masked import as_bool_mask, masked_mean, masked_whiten, turn_ids_from_mask
 from .registry import AdvantageOutput, Metrics, register_advantage
 
 # ----------------------------------------------------------------------------- helpers
@@ -125,6 +125,35 @@ def outcome_token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
     rows = torch.arange(m.shape[0], device=m.device)[has_action]
     out[rows, last[has_action]] = rewards.detach()[has_action]
     return out
+
+
+def no_credit_for_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]]) -> tuple[Tensor, int]:
+    """Cap at 0 the advantage of every token of the listed turns.
+
+    Meant for turns whose action the environment rejected: such an action left the state
+    as it was, so it cannot have helped the outcome, yet an outcome advantage spread over
+    a successful trajectory would reinforce it, and most strongly where the sampler
+    thought it unlikely. Negative advantages are kept: discouraging the action is right.
+
+    Args:
+        advantages: (B, T) per-token advantages.
+        mask: (B, T) 0/1 or bool action mask; turn k of a row is its k-th run of action
+            tokens (`turn_ids_from_mask`).
+        turns: B lists of 0-based turn indices.
+
+    Returns:
+        ((B, T) advantages with those tokens capped at 0, how many tokens lost credit).
+    """
+    if advantages.shape != mask.shape or advantages.dim() != 2 or len(turns) != mask.shape[0]:
+        raise ValueError(f"expected (B, T) advantages and mask and B turn lists, got {tuple(advantages.shape)}, "
+                         f"{tuple(mask.shape)} and {len(turns)}")
+    turn_ids = turn_ids_from_mask(mask)
+    listed = torch.zeros_like(turn_ids, dtype=torch.bool)
+    for row, row_turns in enumerate(turns):
+        if row_turns:
+            listed[row] = torch.isin(turn_ids[row], torch.tensor(row_turns, dtype=turn_ids.dtype))
+    capped = listed & (advantages > 0)
+    return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
 
 
 def token_level_rewards(rewards: Tensor, mask: Tensor, kl: Tensor | None = None, kl_coef: float = 0.0) -> Tensor:

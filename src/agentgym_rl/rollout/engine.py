@@ -192,9 +192,11 @@ class RolloutEngine:
             self._fail(episode, error)
             return
         record.messages.append({"role": "user", "content": observation})
+        if info.get("invalid_action", False):
+            record.invalid_turns.append(record.turns)
+            record.invalid_actions += 1
         record.turn_rewards.append(float(reward))
         record.success = record.success or bool(info.get("success", False))
-        record.invalid_actions += int(bool(info.get("invalid_action", False)))
         record.terminated = terminated
         record.truncated = truncated or (not terminated and record.turns >= max_turns)
         if terminated or record.truncated:

@@ -30,6 +30,7 @@ class Trajectory:
         success: the environment reported the task solved.
         terminated, truncated: how the episode ended (truncated = turn, step or context limit).
         invalid_actions: how many actions the environment could not use.
+        invalid_turns: which turns (0-based) those were.
         error: why the episode failed to run (an exception in the env), else None.
     """
 
@@ -46,6 +47,7 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     invalid_actions: int = 0
+    invalid_turns: list[int] = field(default_factory=list)
     error: str | None = None
 
     @property
