@@ -14,10 +14,10 @@ from agentgym_rl.algos import (
     advantage_inputs,
     broadcast_to_tokens,
     compute_advantages,
+    discredit_turns,
     gae_advantages,
     grpo_advantages,
     loop_advantages,
-    no_credit_for_turns,
     outcome_token_rewards,
     register_advantage,
     reinforce_pp_advantages,
@@ -347,17 +347,26 @@ def test_register_advantage_enforces_the_convention():
     assert not {"bad1", "bad2", "bad3"} & set(ADVANTAGE)
 
 
-def test_no_credit_for_turns_caps_only_the_listed_turns_positive_tokens():
+def test_discredit_turns_caps_the_listed_turns_and_subtracts_the_penalty():
     # Row 0: turns 0 (tokens 0-1), 1 (4-5), 2 (7); turn 1 listed: its +0.5s become 0.
-    # Row 1: a failed trajectory, turn 0 listed: its negative advantage stays.
+    # Row 1: a lost episode, turn 0 listed: its negative advantage stays.
     # Row 2: nothing listed.
     mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0, 1], [1, 1, 0, 0, 1, 1, 0, 0], [1, 1, 0, 0, 1, 1, 0, 0]])
     advantages = torch.tensor([[0.5, 0.5, 0, 0, 0.5, 0.5, 0, 0.5], [-0.3] * 2 + [0, 0] + [-0.3] * 2 + [0, 0],
                                [0.2, 0.2, 0, 0, 0.2, 0.2, 0, 0]])
-    capped, count = no_credit_for_turns(advantages, mask, [[1], [0], []])
+    capped, count = discredit_turns(advantages, mask, [[1], [0], []])
     assert capped.tolist() == [[0.5, 0.5, 0, 0, 0.0, 0.0, 0, 0.5], advantages[1].tolist(), advantages[2].tolist()]
     assert count == 2
+    # With a penalty of 0.25: 0.5 -> -0.25, -0.3 -> -0.55; a tied group (A = 0) gets -0.25.
+    penalized, count = discredit_turns(advantages, mask, [[1], [0], []], penalty=0.25)
+    assert torch.allclose(penalized[0], torch.tensor([0.5, 0.5, 0, 0, -0.25, -0.25, 0, 0.5]))
+    assert torch.allclose(penalized[1], torch.tensor([-0.55, -0.55, 0, 0, -0.3, -0.3, 0, 0]))
+    assert count == 4
+    tied, _ = discredit_turns(torch.zeros(1, 4), torch.tensor([[1, 0, 1, 1]]), [[1]], penalty=0.25)
+    assert tied.tolist() == [[0, 0, -0.25, -0.25]]
     # A turn index past the row's last turn touches nothing.
-    assert torch.equal(no_credit_for_turns(advantages, mask, [[5], [], []])[0], advantages)
+    assert torch.equal(discredit_turns(advantages, mask, [[5], [], []], penalty=1.0)[0], advantages)
     with pytest.raises(ValueError, match="B turn lists"):
-        no_credit_for_turns(advantages, mask, [[1]])
+        discredit_turns(advantages, mask, [[1]])
+    with pytest.raises(ValueError, match="penalty must be >= 0"):
+        discredit_turns(advantages, mask, [[], [], []], penalty=-1.0)

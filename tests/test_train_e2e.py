@@ -166,27 +166,29 @@ def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_en
     assert metrics["update/trajectories"] == expected
 
 
-@pytest.mark.parametrize("credit,uncredited", [(True, None), (False, 2)])
-def test_invalid_turn_credit_decides_whether_a_rejected_action_is_reinforced(tmp_path, counter_env_registered,
-                                                                             credit, uncredited):
-    """A won episode whose first of two turns was rejected: with invalid_turn_credit=false
-    that turn's 2 tokens get no share of the positive advantage; the lost episode keeps its."""
+@pytest.mark.parametrize("penalty,changed,trained", [("null", None, 2), (0.0, 2, 2), (0.5, 8, 4)])
+def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path, counter_env_registered,
+                                                                        penalty, changed, trained):
+    """Group 0: a won and a lost episode whose first of two turns was rejected. Group 1: two
+    lost episodes with a rejected turn (a tie: A = 0). With a penalty of 0 the won episode's
+    rejected turn (2 tokens) loses its positive advantage; with 0.5 all four rejected turns
+    are pushed down, so the tied group is trained on too."""
     from agentgym_rl.config import load_train_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
     config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
         *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.invalid_turn_credit={credit}"])
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}"])
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
-    rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8, 9, 10, 11],
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
                        loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
                        turn_rewards=[0.0, reward], invalid_turns=[0])
-            for reward in (1.0, 0.0)]
+            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
     metrics = trainer.update(rows, step=0)
-    assert metrics.get("adv/invalid_tokens_uncredited") == uncredited
-    assert metrics["update/trajectories"] == 2
+    assert metrics.get("adv/invalid_turn_tokens_changed") == changed
+    assert metrics["update/trajectories"] == trained
 
 
 def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):

@@ -125,10 +125,11 @@ class AlgoConfig:
     """Leave rows whose advantage is zero on every token out of the update when no KL loss
     or value term needs them: they add nothing to the policy gradient, only compute (as in
     DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
-    invalid_turn_credit: bool = True
-    """False: a turn whose action the environment rejected gets no positive advantage (its
-    tokens' advantage is capped at 0), even in a successful trajectory. Such an action
-    changed nothing, so the outcome cannot credit it."""
+    invalid_turn_penalty: float | None = None
+    """null: every turn shares its trajectory's advantage A. A number p >= 0: a turn whose
+    action the environment rejected gets min(A, 0) - p instead. Such an action changed
+    nothing, so a good outcome cannot credit it; p > 0 also discourages it in groups whose
+    outcomes all tie (`algos.discredit_turns`)."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
@@ -136,6 +137,8 @@ class AlgoConfig:
     def __post_init__(self) -> None:
         if self.temperature <= 0:
             raise ValueError(f"algo.temperature must be > 0 (RL samples its rollouts), got {self.temperature}")
+        if self.invalid_turn_penalty is not None and self.invalid_turn_penalty < 0:
+            raise ValueError(f"algo.invalid_turn_penalty must be >= 0 or null, got {self.invalid_turn_penalty}")
 
 
 @dataclass

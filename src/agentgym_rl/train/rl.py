@@ -19,8 +19,8 @@ import torch
 import yaml
 
 from ..agent.lora import load_lora
-from ..algos import (KL, AlgorithmSpec, HorizonSchedule, compute_advantages, entropy_loss, get_algorithm,
-                     kl_loss, make_kl_controller, no_credit_for_turns, outcome_token_rewards, ppo_clip_loss,
+from ..algos import (KL, AlgorithmSpec, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
+                     get_algorithm, kl_loss, make_kl_controller, outcome_token_rewards, ppo_clip_loss,
                      value_clip_loss)
 from ..config import AlgoConfig, TrainConfig
 from ..envs import registry
@@ -206,10 +206,10 @@ class RLTrainer:
         out = compute_advantages(spec.advantage, fields, **hparams)
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch["advantages"] = out.token_advantages(mask)
-        if not algo.invalid_turn_credit:
-            batch["advantages"], capped = no_credit_for_turns(batch["advantages"], mask,
-                                                              [t.invalid_turns for t in rows])
-            metrics["adv/invalid_tokens_uncredited"] = capped
+        if algo.invalid_turn_penalty is not None:
+            batch["advantages"], changed = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows],
+                                                           algo.invalid_turn_penalty)
+            metrics["adv/invalid_turn_tokens_changed"] = changed
         if out.returns is not None:
             batch["returns"] = out.returns
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
