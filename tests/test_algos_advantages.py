@@ -19,6 +19,7 @@ from agentgym_rl.algos import (
     grpo_advantages,
     loop_advantages,
     outcome_token_rewards,
+    penalize_tokens,
     register_advantage,
     reinforce_pp_advantages,
     rloo_advantages,
@@ -347,7 +348,7 @@ def test_register_advantage_enforces_the_convention():
     assert not {"bad1", "bad2", "bad3"} & set(ADVANTAGE)
 
 
-def test_discredit_turns_caps_the_listed_turns_and_subtracts_the_penalty():
+def test_discredit_turns_caps_only_the_listed_turns_positive_tokens():
     # Row 0: turns 0 (tokens 0-1), 1 (4-5), 2 (7); turn 1 listed: its +0.5s become 0.
     # Row 1: a lost episode, turn 0 listed: its negative advantage stays.
     # Row 2: nothing listed.
@@ -357,16 +358,18 @@ def test_discredit_turns_caps_the_listed_turns_and_subtracts_the_penalty():
     capped, count = discredit_turns(advantages, mask, [[1], [0], []])
     assert capped.tolist() == [[0.5, 0.5, 0, 0, 0.0, 0.0, 0, 0.5], advantages[1].tolist(), advantages[2].tolist()]
     assert count == 2
-    # With a penalty of 0.25: 0.5 -> -0.25, -0.3 -> -0.55; a tied group (A = 0) gets -0.25.
-    penalized, count = discredit_turns(advantages, mask, [[1], [0], []], penalty=0.25)
-    assert torch.allclose(penalized[0], torch.tensor([0.5, 0.5, 0, 0, -0.25, -0.25, 0, 0.5]))
-    assert torch.allclose(penalized[1], torch.tensor([-0.55, -0.55, 0, 0, -0.3, -0.3, 0, 0]))
-    assert count == 4
-    tied, _ = discredit_turns(torch.zeros(1, 4), torch.tensor([[1, 0, 1, 1]]), [[1]], penalty=0.25)
-    assert tied.tolist() == [[0, 0, -0.25, -0.25]]
     # A turn index past the row's last turn touches nothing.
-    assert torch.equal(discredit_turns(advantages, mask, [[5], [], []], penalty=1.0)[0], advantages)
+    assert torch.equal(discredit_turns(advantages, mask, [[5], [], []])[0], advantages)
     with pytest.raises(ValueError, match="B turn lists"):
         discredit_turns(advantages, mask, [[1]])
+
+
+def test_penalize_tokens_subtracts_at_the_listed_positions_only():
+    advantages = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, -0.25, 0.0, 0.0]])
+    out = penalize_tokens(advantages, [[2], [1, 2]], penalty=0.5)
+    assert out.tolist() == [[0.0, 0.5, 0.0, 0.0], [0.0, -0.75, -0.5, 0.0]]
+    assert advantages[0, 2] == 0.5  # the input is not modified
     with pytest.raises(ValueError, match="penalty must be >= 0"):
-        discredit_turns(advantages, mask, [[], [], []], penalty=-1.0)
+        penalize_tokens(advantages, [[], []], penalty=-1.0)
+    with pytest.raises(ValueError, match="2 position lists"):
+        penalize_tokens(advantages, [[]], penalty=1.0)

@@ -18,7 +18,7 @@ from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, ite
 from agentgym_rl.envs.babyai.render import describe, observe
 from agentgym_rl.envs.base import EnvStateError
 from agentgym_rl.envs.checker import check_env
-from agentgym_rl.envs.parsing import drop_thought, extract_action
+from agentgym_rl.envs.parsing import drop_thought, extract_action, first_wrong_token
 from agentgym_rl.envs.wrappers import TurnLimit
 
 
@@ -239,6 +239,23 @@ def test_react_reply_goes_through_extract_action(env):
 def test_drop_thought_keeps_the_acted_line(text, expected):
     assert drop_thought(text) == expected
     assert extract_action(drop_thought(text)) == extract_action(text)
+
+
+REPLY_TOKENS = ["Thought", ": look", "\n", "Action", ":", " go", " to", " grey", " key", " 1"]
+
+
+@pytest.mark.parametrize("actions, expected", [
+    (["turn left", "go to green key 1"], 7),  # "gre" matches green; the token bringing "y" is wrong
+    (["pickup grey key 1"], 5),               # wrong from the action's first token
+    (["go to grey key 1", "turn left"], None),  # a listed action the environment refused
+    (["go to grey key 10"], None),            # the start of a listed action
+    ([], None),
+])
+def test_first_wrong_token_finds_where_the_action_left_every_available_one(actions, expected):
+    def decode(ids):
+        return "".join(REPLY_TOKENS[i] for i in ids)
+
+    assert first_wrong_token(list(range(len(REPLY_TOKENS))), decode, actions) == expected
 
 
 def test_check_available_actions_takes_no_step(env):

@@ -56,6 +56,24 @@ def make_tokenizer(family: str):
 REPLIES = ["Thought: I should count.\nAction: count", "Action: look", "Thought: again.\nAction: count"]
 
 
+
+@pytest.mark.parametrize("locate", [True, False])
+def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["Action: jump", "Action: count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert trajectory.success and trajectory.invalid_turns == [0]
+    if not locate:
+        assert trajectory.wrong_tokens == []
+        return
+    # "jump" starts no available action ("count", "look"): the token bringing its "j" is wrong.
+    [position] = trajectory.wrong_tokens
+    reply_start = trajectory.loss_mask.index(1)
+    assert tokenizer.decode(trajectory.input_ids[reply_start:position]).strip() == "Action:"
+    assert "j" in tokenizer.decode(trajectory.input_ids[position:position + 1])
+
 @pytest.mark.parametrize("family", ["tiny", "qwen2.5", "llama3"])
 def test_rollout_ids_equal_template_encoding_of_the_conversation(family):
     tokenizer = make_tokenizer(family)

@@ -166,13 +166,13 @@ def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_en
     assert metrics["update/trajectories"] == expected
 
 
-@pytest.mark.parametrize("penalty,changed,trained", [("null", None, 2), (0.0, 2, 2), (0.5, 8, 4)])
+@pytest.mark.parametrize("penalty,capped,trained", [("null", None, 2), (0.0, 2, 2), (0.5, 2, 4)])
 def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path, counter_env_registered,
-                                                                        penalty, changed, trained):
-    """Group 0: a won and a lost episode whose first of two turns was rejected. Group 1: two
-    lost episodes with a rejected turn (a tie: A = 0). With a penalty of 0 the won episode's
-    rejected turn (2 tokens) loses its positive advantage; with 0.5 all four rejected turns
-    are pushed down, so the tied group is trained on too."""
+                                                                        penalty, capped, trained):
+    """Group 0: a won and a lost episode whose first of two turns was rejected, wrong from
+    its first token (position 1). Group 1: two such lost episodes (a tie: A = 0). With a
+    penalty of 0 the won episode's rejected turn (2 tokens) loses its positive advantage;
+    with 0.5 every wrong token is pushed down, so the tied group is trained on too."""
     from agentgym_rl.config import load_train_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
@@ -182,12 +182,13 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
         "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}"])
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
+    assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
     rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
                        loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], invalid_turns=[0])
+                       turn_rewards=[0.0, reward], invalid_turns=[0], wrong_tokens=[1])
             for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
     metrics = trainer.update(rows, step=0)
-    assert metrics.get("adv/invalid_turn_tokens_changed") == changed
+    assert metrics.get("adv/invalid_tokens_capped") == capped
     assert metrics["update/trajectories"] == trained
 
 

@@ -127,9 +127,9 @@ class AlgoConfig:
     DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
     invalid_turn_penalty: float | None = None
     """null: every turn shares its trajectory's advantage A. A number p >= 0: a turn whose
-    action the environment rejected gets min(A, 0) - p instead. Such an action changed
-    nothing, so a good outcome cannot credit it; p > 0 also discourages it in groups whose
-    outcomes all tie (`algos.discredit_turns`)."""
+    action the environment rejected gets min(A, 0) instead (such an action changed nothing,
+    so a good outcome cannot credit it), and the token where its action first left every
+    available action gets a further -p (`algos.discredit_turns`, `algos.penalize_tokens`)."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""

@@ -127,39 +127,61 @@ def outcome_token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
     return out
 
 
-def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]], penalty: float = 0.0
-                    ) -> tuple[Tensor, int]:
-    """Give every token of the listed turns the advantage min(A, 0) − `penalty`.
+def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]]) -> tuple[Tensor, int]:
+    """Cap at 0 the advantage of every token of the listed turns.
 
     Meant for turns whose action the environment rejected. Such an action left the state
     as it was, so it cannot have helped the outcome, yet an outcome advantage spread over
     a successful trajectory reinforces it, most strongly where the sampler thought it
-    unlikely. Capping at 0 removes that credit; `penalty` > 0 also discourages the turn
-    where the outcome says nothing (a group whose samples all scored alike has A = 0),
-    which is turn-level credit for an invalid-action penalty.
+    unlikely. A negative advantage is kept: discouraging the action is right.
 
     Args:
         advantages: (B, T) per-token advantages, 0 off the action mask.
         mask: (B, T) 0/1 or bool action mask; turn k of a row is its k-th run of action
             tokens (`turn_ids_from_mask`).
         turns: B lists of 0-based turn indices.
-        penalty: ≥ 0.
 
     Returns:
-        ((B, T) advantages, how many tokens were changed).
+        ((B, T) advantages, how many tokens lost a positive advantage).
     """
     if advantages.shape != mask.shape or advantages.dim() != 2 or len(turns) != mask.shape[0]:
         raise ValueError(f"expected (B, T) advantages and mask and B turn lists, got {tuple(advantages.shape)}, "
                          f"{tuple(mask.shape)} and {len(turns)}")
-    if penalty < 0:
-        raise ValueError(f"penalty must be >= 0, got {penalty}")
     turn_ids = turn_ids_from_mask(mask)
     listed = torch.zeros_like(turn_ids, dtype=torch.bool)
     for row, row_turns in enumerate(turns):
         if row_turns:
             listed[row] = torch.isin(turn_ids[row], torch.tensor(row_turns, dtype=turn_ids.dtype))
-    changed = advantages.clamp(max=0) - penalty
-    return torch.where(listed, changed, advantages), int((listed & (changed != advantages)).sum())
+    capped = listed & (advantages > 0)
+    return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
+
+
+def penalize_tokens(advantages: Tensor, positions: list[list[int]], penalty: float) -> Tensor:
+    """Subtract `penalty` from the advantage at the listed (row, position) tokens.
+
+    A dense, token-local signal for the token where a rejected action went wrong (e.g. the
+    colour in "go to grey key 1" when only a green key is in view). Put on the whole turn
+    instead, it also pushes down the right tokens before it ("go to"), and the policy
+    learns to prefer actions that cannot be rejected (turning on the spot) over fixing the
+    wrong token (docs/RESULTS.md).
+
+    Args:
+        advantages: (B, T).
+        positions: B lists of column indices.
+        penalty: >= 0.
+
+    Returns:
+        (B, T) advantages.
+    """
+    if penalty < 0:
+        raise ValueError(f"penalty must be >= 0, got {penalty}")
+    if len(positions) != advantages.shape[0]:
+        raise ValueError(f"expected {advantages.shape[0]} position lists, got {len(positions)}")
+    out = advantages.clone()
+    for row, columns in enumerate(positions):
+        if columns:
+            out[row, columns] -= penalty
+    return out
 
 
 def token_level_rewards(rewards: Tensor, mask: Tensor, kl: Tensor | None = None, kl_coef: float = 0.0) -> Tensor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Callable, Sequence
 
 _ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 
@@ -24,3 +25,43 @@ def drop_thought(text: str) -> str:
     a reply without one is returned unchanged."""
     starts = list(_ACTION_LINE.finditer(text))
     return text[starts[-1].start():].strip() if starts else text
+
+
+def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str],
+                      actions: Sequence[str]) -> int | None:
+    """Index of the reply token at which its action stops being the start of any of `actions`.
+
+    "go to grey key 1" when only "go to green key 1" exists goes wrong at the token that
+    brings " grey": the tokens before it are right and the ones after follow from it.
+    Compared case-insensitively, as the environments parse actions.
+
+    Args:
+        reply_ids: the reply's token ids.
+        decode: ids -> reply text (decoding a prefix of the ids gives a prefix of the text).
+        actions: the actions available when the reply was made.
+
+    Returns:
+        The token index, or None when the action is one of `actions` or the start of one
+        (the environment refused an action it listed), or it cannot be located in the text.
+    """
+    reply = decode(reply_ids)
+    action = extract_action(reply)
+    start = reply.rfind(action) if action is not None else -1
+    if start < 0 or not actions:
+        return None
+    wanted = action.lower()
+    matched = max(len(_common_prefix(wanted, a.lower())) for a in actions)
+    if matched == len(wanted):
+        return None
+    wrong_char = start + matched
+    for k in range(len(reply_ids)):
+        if len(decode(reply_ids[:k + 1])) > wrong_char:
+            return k
+    return None
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]

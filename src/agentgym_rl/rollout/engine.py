@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
 from ..envs.base import TextEnv
+from ..envs.parsing import first_wrong_token
 from ..envs.tasks import Task
 from .trajectory import Trajectory
 
@@ -67,6 +68,10 @@ class RolloutConfig:
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (given to `model_policy`; off trades speed for memory)."""
+    locate_wrong_tokens: bool = False
+    """With a model policy, ask the environment for its available actions before each step and,
+    when it rejects a reply, record the token where the reply's action first left all of them
+    (`Trajectory.wrong_tokens`; the RL trainer turns this on for `algo.invalid_turn_penalty`)."""
 
 
 @dataclass
@@ -77,6 +82,9 @@ class _Episode:
     record: Trajectory
     done: bool = False
     ids: list[int] = field(default_factory=list)
+    reply_start: int = 0
+    """Where the last reply's ids start in `record.input_ids`."""
+    reply_ids: list[int] = field(default_factory=list)
 
 
 class RolloutEngine:
@@ -179,6 +187,7 @@ class RolloutEngine:
                 ids.append(policy.encoder.end_of_turn_id)
                 mask.append(0)
                 logprobs.append(0.0)
+            episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(gen.ids)
             self._extend(episode, ids, mask, logprobs)
             replies.append(policy.encoder.decode_reply(gen.ids))
         return replies
@@ -186,7 +195,9 @@ class RolloutEngine:
     def _step(self, episode: _Episode, reply: str, policy: Any, max_turns: int) -> None:
         record = episode.record
         record.messages.append({"role": "assistant", "content": reply})
+        locate = self.config.locate_wrong_tokens and isinstance(policy, ModelPolicy)
         try:
+            actions = episode.env.available_actions() if locate else None
             observation, reward, terminated, truncated, info = episode.env.step(reply)
         except Exception as error:  # noqa: BLE001 — failures are data
             self._fail(episode, error)
@@ -195,6 +206,9 @@ class RolloutEngine:
         if info.get("invalid_action", False):
             record.invalid_turns.append(record.turns)
             record.invalid_actions += 1
+            wrong = first_wrong_token(episode.reply_ids, policy.encoder.decode_reply, actions) if actions else None
+            if wrong is not None:
+                record.wrong_tokens.append(episode.reply_start + wrong)
         record.turn_rewards.append(float(reward))
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated

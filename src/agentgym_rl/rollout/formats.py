@@ -98,7 +98,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     **{k: ("an integer", _is_int) for k in ("group", "invalid_actions")},
     **{k: ("true or false", lambda v: isinstance(v, bool)) for k in ("success", "terminated", "truncated")},
     **{k: ("a list of integers", lambda v: isinstance(v, list) and all(map(_is_int, v)))
-       for k in ("input_ids", "loss_mask", "invalid_turns")},
+       for k in ("input_ids", "loss_mask", "invalid_turns", "wrong_tokens")},
     **{k: ("a list of numbers", lambda v: isinstance(v, list) and all(map(_is_number, v)))
        for k in ("logprobs", "turn_rewards")},
     "reward": ("a number", _is_number),

@@ -31,6 +31,9 @@ class Trajectory:
         terminated, truncated: how the episode ended (truncated = turn, step or context limit).
         invalid_actions: how many actions the environment could not use.
         invalid_turns: which turns (0-based) those were.
+        wrong_tokens: for rejected replies, the index in `input_ids` of the token where the
+            action first left every available action (recorded with
+            `RolloutConfig.locate_wrong_tokens`).
         error: why the episode failed to run (an exception in the env), else None.
     """
 
@@ -48,6 +51,7 @@ class Trajectory:
     truncated: bool = False
     invalid_actions: int = 0
     invalid_turns: list[int] = field(default_factory=list)
+    wrong_tokens: list[int] = field(default_factory=list)
     error: str | None = None
 
     @property

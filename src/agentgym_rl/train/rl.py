@@ -20,8 +20,8 @@ import yaml
 
 from ..agent.lora import load_lora
 from ..algos import (KL, AlgorithmSpec, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
-                     get_algorithm, kl_loss, make_kl_controller, outcome_token_rewards, ppo_clip_loss,
-                     value_clip_loss)
+                     get_algorithm, kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
+                     ppo_clip_loss, value_clip_loss)
 from ..config import AlgoConfig, TrainConfig
 from ..envs import registry
 from ..errors import UserError
@@ -84,8 +84,10 @@ class RLTrainer:
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
+        # Where rejected replies went wrong is only needed, and only looked up, for the penalty.
+        locate = config.algo.invalid_turn_penalty is not None
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
-                                    config.rollout)
+                                    dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
 
     # ----------------------------------------------------------------------------- setup
@@ -207,9 +209,11 @@ class RLTrainer:
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch["advantages"] = out.token_advantages(mask)
         if algo.invalid_turn_penalty is not None:
-            batch["advantages"], changed = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows],
-                                                           algo.invalid_turn_penalty)
-            metrics["adv/invalid_turn_tokens_changed"] = changed
+            batch["advantages"], capped = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows])
+            batch["advantages"] = penalize_tokens(batch["advantages"], [t.wrong_tokens for t in rows],
+                                                  algo.invalid_turn_penalty)
+            metrics["adv/invalid_tokens_capped"] = capped
+            metrics["adv/wrong_tokens"] = sum(len(t.wrong_tokens) for t in rows)
         if out.returns is not None:
             batch["returns"] = out.returns
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
