@@ -248,7 +248,7 @@ REPLY_TOKENS = ["Thought", ": look", "\n", "Action", ":", " go", " to", " grey",
     (["turn left", "go to green key 1"], 7),  # "gre" matches green; the token bringing "y" is wrong
     (["pickup grey key 1"], 5),               # wrong from the action's first token
     (["go to grey key 1", "turn left"], None),  # a listed action the environment refused
-    (["go to grey key 10"], None),            # the start of a listed action
+    (["go to grey key 10"], 9),               # stopped short of a listed action: the last token
     ([], None),
 ])
 def test_first_wrong_token_finds_where_the_action_left_every_available_one(actions, expected):

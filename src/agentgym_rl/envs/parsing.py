@@ -41,8 +41,9 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
         actions: the actions available when the reply was made.
 
     Returns:
-        The token index, or None when the action is one of `actions` or the start of one
-        (the environment refused an action it listed), or it cannot be located in the text.
+        The token index; the last token's when the action stops short of a listed one ("go
+        to" then the end of the reply). None when the action is one of `actions` (the
+        environment refused an action it listed) or cannot be located in the text.
     """
     reply = decode(reply_ids)
     action = extract_action(reply)
@@ -50,9 +51,12 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     if start < 0 or not actions:
         return None
     wanted = action.lower()
-    matched = max(len(_common_prefix(wanted, a.lower())) for a in actions)
-    if matched == len(wanted):
+    listed = [a.lower() for a in actions]
+    if wanted in listed:
         return None
+    matched = max(len(_common_prefix(wanted, a)) for a in listed)
+    if matched == len(wanted):
+        return len(reply_ids) - 1
     wrong_char = start + matched
     for k in range(len(reply_ids)):
         if len(decode(reply_ids[:k + 1])) > wrong_char:
