@@ -84,8 +84,8 @@ class RLTrainer:
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
-        # Where rejected replies went wrong is only needed, and only looked up, for the penalty.
-        locate = config.algo.invalid_turn_penalty is not None
+        # The penalty needs to know where rejected replies went wrong.
+        locate = config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
