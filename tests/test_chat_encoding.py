@@ -56,7 +56,6 @@ def make_tokenizer(family: str):
 REPLIES = ["Thought: I should count.\nAction: count", "Action: look", "Thought: again.\nAction: count"]
 
 
-
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
     tokenizer = make_tokenizer("qwen2.5")
@@ -73,6 +72,7 @@ def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
     reply_start = trajectory.loss_mask.index(1)
     assert tokenizer.decode(trajectory.input_ids[reply_start:position]).strip() == "Action:"
     assert "j" in tokenizer.decode(trajectory.input_ids[position:position + 1])
+
 
 @pytest.mark.parametrize("family", ["tiny", "qwen2.5", "llama3"])
 def test_rollout_ids_equal_template_encoding_of_the_conversation(family):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Callable, Sequence
 
@@ -54,7 +55,7 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     listed = [a.lower() for a in actions]
     if wanted in listed:
         return None
-    matched = max(len(_common_prefix(wanted, a)) for a in listed)
+    matched = max(len(os.path.commonprefix([wanted, a])) for a in listed)
     if matched == len(wanted):
         return len(reply_ids) - 1
     wrong_char = start + matched
@@ -63,9 +64,3 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
             return k
     return None
 
-
-def _common_prefix(a: str, b: str) -> str:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return a[:n]
