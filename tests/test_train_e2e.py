@@ -11,6 +11,8 @@ import torch
 from safetensors.torch import load_file
 from test_cli import run
 
+from agentgym_rl.rollout.trajectory import load_trajectories
+
 REPO = Path(__file__).resolve().parent.parent
 TINY = [
     "model.corpus_episodes=12", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
@@ -40,6 +42,10 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     assert (run_dir / "config.yaml").is_file() and (run_dir / "report" / "training.png").is_file()
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000002", "step_000004"]
     assert len(list((run_dir / "trajectories").glob("step_*.jsonl"))) == 4
+    # Each validation keeps its episodes: per-item results, for paired comparisons of runs.
+    for row in (r for r in rows if "val/success" in r):
+        validated = load_trajectories(run_dir / "validation" / f"step_{row['step']:06d}.jsonl")
+        assert len(validated) == 2 and sum(t.success for t in validated) / 2 == row["val/success"]
     assert list((run_dir / "tensorboard").iterdir())
     # A checkpoint is a model folder that eval can load.
     result = run("eval", "--env", "babyai", "--policy", str(run_dir / "checkpoints" / "step_000004" / "model"),

@@ -164,6 +164,7 @@ class TrainLoopConfig:
     """Sampling temperature of validation (0 = greedy: no sampling noise in the estimate)."""
     save_every: int = 100
     save_trajectories: bool = True
+    """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
 
 
 @dataclass

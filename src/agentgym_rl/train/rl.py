@@ -297,6 +297,8 @@ class RLTrainer:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed,
                                            progress=bar.update)
         stats = summarize(trajectories)
+        if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
+            save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")
         self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
                                 **{f"val/success/{c}": v for c, v in stats["by_category"].items()}})
         self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items")
