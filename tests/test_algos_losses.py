@@ -1,5 +1,5 @@
 """Hand-computed checks for the loss terms: PPO-clip importance-ratio levels, the clipped
-value loss, the entropy term, KL as a reward penalty, and the masked helpers."""
+value loss, the entropy term, the right-token term, KL as a reward penalty, and the masked helpers."""
 
 import math
 
@@ -13,6 +13,7 @@ from agentgym_rl.algos import (
     kl_reward_penalty,
     masked_whiten,
     ppo_clip_loss,
+    right_token_loss,
     token_entropy,
     turn_ids_from_mask,
     unit_log_ratio,
@@ -240,6 +241,21 @@ def test_entropy_loss_empty_mask_and_validation():
         entropy_loss(torch.ones(1, 2), logits=torch.zeros(1, 2, 3), entropy=torch.zeros(1, 2))
     with pytest.raises(ValueError):
         entropy_loss(torch.ones(1, 2), logits=torch.zeros(1, 3, 3))
+
+
+def test_right_token_loss_hand_example():
+    # Row 0: right continuations had probability 0.5 and 0.25 at its two wrong tokens; row 1 has
+    # none, and counts as 0 in the mean over rows: (−ln 0.5 − ln 0.25) / 2 / 2.
+    logprobs = torch.tensor([[0.0, LN(0.5), LN(0.25)], [0.0, 0.0, 0.0]], requires_grad=True)
+    mask = torch.tensor([[0, 1, 1], [0, 0, 0]])
+    loss, metrics = right_token_loss(logprobs, mask)
+    assert math.isclose(loss.item(), (LN(2) + LN(4)) / 4, rel_tol=1e-6)
+    assert math.isclose(metrics["right_prob"], 0.375, rel_tol=1e-6)
+    loss.backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -0.25, -0.25], [0.0, 0.0, 0.0]]))
+    assert LOSS["right_token"] is right_token_loss
+    with pytest.raises(ValueError):
+        right_token_loss(torch.zeros(1, 2), torch.ones(1, 3))
 
 
 # ---------------------------------------------------------------------- KL as a reward

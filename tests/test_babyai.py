@@ -18,7 +18,7 @@ from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, ite
 from agentgym_rl.envs.babyai.render import describe, observe
 from agentgym_rl.envs.base import EnvStateError
 from agentgym_rl.envs.checker import check_env
-from agentgym_rl.envs.parsing import drop_thought, extract_action, first_wrong_token
+from agentgym_rl.envs.parsing import drop_thought, extract_action, first_wrong_token, right_next_tokens
 from agentgym_rl.envs.wrappers import TurnLimit
 
 
@@ -256,6 +256,35 @@ def test_first_wrong_token_finds_where_the_action_left_every_available_one(actio
         return "".join(REPLY_TOKENS[i] for i in ids)
 
     assert first_wrong_token(list(range(len(REPLY_TOKENS))), decode, actions) == expected
+
+
+WORDS = REPLY_TOKENS + [" green", " red", " ball", " pickup", " 10", " turn", " left"]
+
+
+def encode_words(text):
+    """A tokenizer over WORDS, longest match first."""
+    ids = []
+    while text:
+        best = max((i for i, w in enumerate(WORDS) if text.startswith(w)), key=lambda i: len(WORDS[i]))
+        ids.append(best)
+        text = text[len(WORDS[best]):]
+    return ids
+
+
+@pytest.mark.parametrize("wrong, actions, expected", [
+    (7, ["turn left", "go to green key 1", "go to red ball 1", "go to green ball 1"], [" green", " red"]),
+    (5, ["pickup grey key 1", "turn left"], [" pickup", " turn"]),  # wrong at the first token
+    (9, ["go to grey key 10"], [" 10"]),                   # stopped short: the longer last token
+    (7, ["turn left"], []),                                # no listed action shares the prefix
+])
+def test_right_next_tokens_are_those_of_listed_actions_sharing_the_prefix(wrong, actions, expected):
+    def decode(ids):
+        return "".join(WORDS[i] for i in ids)
+
+    reply = list(range(len(REPLY_TOKENS)))
+    assert encode_words(decode(reply)) == reply
+    right = right_next_tokens(reply, wrong, decode, encode_words, actions)
+    assert [WORDS[i] for i in right] == expected
 
 
 def test_check_available_actions_takes_no_step(env):

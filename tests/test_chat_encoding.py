@@ -65,13 +65,18 @@ def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
     [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
     assert trajectory.success and trajectory.invalid_turns == [0]
     if not locate:
-        assert trajectory.wrong_tokens == []
+        assert trajectory.wrong_tokens == [] and trajectory.right_tokens == []
         return
     # "jump" starts no available action ("count", "look"): the token bringing its "j" is wrong.
     [position] = trajectory.wrong_tokens
     reply_start = trajectory.loss_mask.index(1)
     assert tokenizer.decode(trajectory.input_ids[reply_start:position]).strip() == "Action:"
     assert "j" in tokenizer.decode(trajectory.input_ids[position:position + 1])
+    # In its place, the tokens starting "count" and "look" would have continued a listed action
+    # (after the " " already written; this tokenizer's "count" then starts with "c").
+    [right] = trajectory.right_tokens
+    first, second = [tokenizer.decode(i) for i in right]
+    assert first and "count".startswith(first) and second and "look".startswith(second)
 
 
 @pytest.mark.parametrize("family", ["tiny", "qwen2.5", "llama3"])

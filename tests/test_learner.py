@@ -9,7 +9,7 @@ import torch
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate, micro_batches
-from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs
+from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs, token_outputs
 from agentgym_rl.train.sft import nll_loss
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -42,6 +42,22 @@ def test_a_right_padded_batch_is_scored_as_each_row_alone(tiny_tokenizer):
         for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
             alone = token_logprobs(model, {k: v[row:row + 1, :length] for k, v in batch.items()})
             assert torch.allclose(scored[row, :length], alone[0], atol=1e-5)
+
+
+def test_right_logprobs_are_the_log_total_probability_of_the_listed_tokens(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, SMALL)
+    trajectories = [Trajectory("e", "e_0", "c", input_ids=[5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 1],
+                               wrong_tokens=[3], right_tokens=[[20, 21]]),
+                    Trajectory("e", "e_1", "c", input_ids=[5, 6, 7], loss_mask=[0, 1, 1])]
+    batch = collate(trajectories, tiny_tokenizer.pad_token_id, right_tokens=True)
+    assert batch["right_ids"].shape == (2, 5, 2) and batch["right_ids"][0, 3].tolist() == [20, 21]
+    out = token_outputs(model, batch)
+    probs = torch.softmax(model(input_ids=batch["input_ids"][:1, :3]).logits[0, 2], -1)  # predicts token 3
+    assert torch.allclose(out["right_logprobs"][0, 3], (probs[20] + probs[21]).log(), atol=1e-5)
+    # Elsewhere 0, and no NaN flows back from the positions that list nothing.
+    assert out["right_logprobs"][0, :3].eq(0).all() and out["right_logprobs"][1].eq(0).all()
+    out["right_logprobs"].sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
 def test_only_masks_of_ones_then_zeros_count_as_right_padded():

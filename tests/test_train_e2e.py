@@ -198,6 +198,31 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     assert metrics["update/trajectories"] == trained
 
 
+def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):
+    """Every row's reply went wrong at position 1, where token 12 would have continued a
+    listed action. Without a penalty the tied group has no advantage, yet the right-token
+    term trains on it; and an update makes token 12 there more likely (a sign error fails)."""
+    from agentgym_rl.config import load_train_config
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", "algo.right_token_coef=1.0",
+        "algo.epochs=1", "optim.lr=0.01"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    assert trainer.engine.config.locate_wrong_tokens
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
+                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
+                       turn_rewards=[0.0, reward], invalid_turns=[0], wrong_tokens=[1], right_tokens=[[12]])
+            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
+    first = trainer.update(rows, step=0)
+    assert first["update/trajectories"] == 4
+    second = trainer.update(rows, step=1)
+    assert second["update/right_prob"] > first["update/right_prob"]
+
+
 def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
     """The whole loop improves a policy: from a random tiny model, GRPO learns to say "count"
     (a sign or masking error anywhere in rollout → advantage → loss → update fails this)."""

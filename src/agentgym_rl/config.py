@@ -130,6 +130,10 @@ class AlgoConfig:
     action the environment rejected gets min(A, 0) instead (such an action changed nothing,
     so a good outcome cannot credit it), and the token where its action first left every
     available action gets a further -p (`algos.discredit_turns`, `algos.penalize_tokens`)."""
+    right_token_coef: float = 0.0
+    """Weight of `algos.right_token_loss`: at the token where a rejected reply left every
+    available action, raise the total probability of the tokens that would have continued
+    one (0: off). Like the penalty above, it needs the wrong tokens located."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
@@ -139,6 +143,8 @@ class AlgoConfig:
             raise ValueError(f"algo.temperature must be > 0 (RL samples its rollouts), got {self.temperature}")
         if self.invalid_turn_penalty is not None and self.invalid_turn_penalty < 0:
             raise ValueError(f"algo.invalid_turn_penalty must be >= 0 or null, got {self.invalid_turn_penalty}")
+        if self.right_token_coef < 0:
+            raise ValueError(f"algo.right_token_coef must be >= 0, got {self.right_token_coef}")
 
 
 @dataclass

@@ -289,3 +289,31 @@ def entropy_loss(
         raise ValueError(f"entropy shape {tuple(entropy.shape)} != mask shape {tuple(mask.shape)}")
     mean_entropy = aggregate_loss(entropy, mask, aggregation)
     return -mean_entropy, {"entropy": mean_entropy.item()}
+
+
+@register_loss("right_token")
+def right_token_loss(right_logprobs: Tensor, right_mask: Tensor) -> tuple[Tensor, Metrics]:
+    """Move probability onto the continuations the environment listed, where a reply left them.
+
+    At a rejected reply's wrong token (`Trajectory.wrong_tokens`) the available actions say
+    which tokens would have continued a listed action (`Trajectory.right_tokens`); this loss
+    is their negative log total probability, −log Σ_{v right} π(v | prefix). A penalty on the
+    sampled token only pushes it down, and its probability may go to another wrong token; this
+    term says where it should go. Ours (not from the AgentGym-RL or LOOP papers).
+
+    Args:
+        right_logprobs: (B, T) log Σ_{v right} π(v | ids[:t]) (`train.learner.token_outputs`).
+        right_mask: (B, T) 0/1 or bool, 1 at the wrong tokens that have right continuations.
+
+    Returns:
+        loss: the mean over rows of each row's mean −right_logprob (rows without such tokens
+            count as 0, so the term weighs rows as seq-mean aggregation does).
+        metrics: "right_prob", the mean probability of the right continuations where they are
+            (0 when there are none).
+    """
+    if right_logprobs.shape != right_mask.shape:
+        raise ValueError(f"right_logprobs shape {tuple(right_logprobs.shape)} != mask shape "
+                         f"{tuple(right_mask.shape)}")
+    per_row = masked_mean(-right_logprobs, right_mask, dim=-1)
+    loss = per_row.sum() / max(right_logprobs.shape[0], 1)
+    return loss, {"right_prob": masked_mean(right_logprobs.detach().exp(), right_mask).item()}

@@ -64,3 +64,40 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
             return k
     return None
 
+
+
+
+def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Sequence[int]], str],
+                      encode: Callable[[str], list[int]], actions: Sequence[str]) -> list[int]:
+    """Tokens that, in place of reply token `wrong`, would have continued a listed action.
+
+    Each listed action is written into the reply in place of the one it holds (the text
+    before the action is kept). Where the text of the reply's first `wrong` tokens starts
+    that reply, the first token of the rest of it is a right one. For "Action: pickup grey
+    key 1" going wrong at " grey" with "pickup red box 1" listed, that is the token bringing
+    " red". Working on text, not ids, also covers prefixes that end inside a word's usual
+    token (the model wrote " " then "j"; " count" is one token, but "count" follows " ").
+
+    Args:
+        reply_ids: the reply's token ids; `wrong`: an index into them (`first_wrong_token`).
+        decode: ids -> reply text; encode: text -> ids (as the tokenizer writes that text).
+        actions: the actions available when the reply was made.
+
+    Returns:
+        Distinct token ids in the order of `actions`; empty when no listed action continues
+        the reply's first `wrong` tokens.
+    """
+    reply = decode(reply_ids)
+    action = extract_action(reply)
+    start = reply.rfind(action) if action is not None else -1
+    if start < 0:
+        return []
+    written = decode(reply_ids[:wrong])
+    right: list[int] = []
+    for listed in actions:
+        meant = reply[:start] + listed
+        if len(meant) > len(written) and meant.lower().startswith(written.lower()):
+            token = encode(meant[len(written):])[0]
+            if token not in right:
+                right.append(token)
+    return right

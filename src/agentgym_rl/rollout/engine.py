@@ -16,7 +16,7 @@ from typing import Any, Callable, Protocol
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
 from ..envs.base import TextEnv
-from ..envs.parsing import first_wrong_token
+from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
 from .trajectory import Trajectory
 
@@ -71,7 +71,9 @@ class RolloutConfig:
     locate_wrong_tokens: bool = False
     """With a model policy, ask the environment for its available actions before each step and,
     when it rejects a reply, record the token where the reply's action first left all of them
-    (`Trajectory.wrong_tokens`; the RL trainer turns this on for `algo.invalid_turn_penalty`)."""
+    (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
+    (`Trajectory.right_tokens`). The RL trainer turns this on for `algo.invalid_turn_penalty`
+    and `algo.right_token_coef`."""
 
 
 @dataclass
@@ -209,6 +211,8 @@ class RolloutEngine:
             wrong = first_wrong_token(episode.reply_ids, policy.encoder.decode_reply, actions) if actions else None
             if wrong is not None:
                 record.wrong_tokens.append(episode.reply_start + wrong)
+                record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, policy.encoder.decode_reply,
+                                                             policy.encoder.encode_text, actions))
         record.turn_rewards.append(float(reward))
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated

@@ -34,6 +34,8 @@ class Trajectory:
         wrong_tokens: for rejected replies, the index in `input_ids` of the token where the
             action first left every available action (recorded with
             `RolloutConfig.locate_wrong_tokens`).
+        right_tokens: for each of `wrong_tokens`, the token ids that would have continued a
+            listed action there (`envs.parsing.right_next_tokens`; may be empty).
         error: why the episode failed to run (an exception in the env), else None.
     """
 
@@ -52,6 +54,7 @@ class Trajectory:
     invalid_actions: int = 0
     invalid_turns: list[int] = field(default_factory=list)
     wrong_tokens: list[int] = field(default_factory=list)
+    right_tokens: list[list[int]] = field(default_factory=list)
     error: str | None = None
 
     @property

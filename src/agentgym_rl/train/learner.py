@@ -60,7 +60,9 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
         "values": (B, T) with out[:, t] = V(ids[:t]), the value of the state in which token t
             is chosen (same alignment as the logprobs), out[:, 0] = 0;
-        "entropy": (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0.
+        "entropy": (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0;
+        "right_logprobs" (when the batch has "right_ids", (B, T, K) with -1 padding): (B, T)
+            log of the probability that token t is one of right_ids[:, t], 0 where it has none.
     """
     if "segment_ids" in batch:
         # A packed batch (`train.packing`): attention stays inside each document.
@@ -80,6 +82,14 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     logprobs = torch.log_softmax(logits, dim=-1)
     picked = logprobs.gather(-1, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
     out = {"logprobs": _shift(picked)}
+    if "right_ids" in batch:
+        right = batch["right_ids"][:, 1:]
+        listed = right >= 0
+        each = torch.where(listed, logprobs.gather(-1, right.clamp(min=0)), float("-inf"))
+        # A last column of log 1 where nothing is listed makes the result 0 there, not a -inf
+        # whose backward would be NaN.
+        none = torch.where(listed.any(-1), float("-inf"), 0.0).unsqueeze(-1)
+        out["right_logprobs"] = _shift(torch.logsumexp(torch.cat([each, none], -1), -1))
     if entropy:
         out["entropy"] = _shift(token_entropy(logits))
     if value_head is not None:
@@ -152,7 +162,9 @@ class Learner:
         if head is not None:
             out["values"] = torch.zeros(shape)
         with self.model.disable_adapter() if reference else nullcontext():
-            for rows, micro in micro_batches(batch, self.config.micro_batch_size):
+            # Only logprobs and values are scored here (the right-token term is a loss only).
+            scored = {k: v for k, v in batch.items() if k != "right_ids"}
+            for rows, micro in micro_batches(scored, self.config.micro_batch_size):
                 width = micro["input_ids"].shape[1]
                 for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
                     out[key][rows, :width] = value

@@ -21,7 +21,7 @@ import yaml
 from ..agent.lora import load_lora
 from ..algos import (KL, AlgorithmSpec, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
                      get_algorithm, kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
-                     ppo_clip_loss, value_clip_loss)
+                     ppo_clip_loss, right_token_loss, value_clip_loss)
 from ..config import AlgoConfig, TrainConfig
 from ..envs import registry
 from ..errors import UserError
@@ -85,7 +85,8 @@ class RLTrainer:
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
         # The penalty needs to know where rejected replies went wrong.
-        locate = config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
+        locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
+                  or config.algo.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
@@ -188,7 +189,7 @@ class RLTrainer:
         metrics: dict[str, float] = {"kl_coef": self.kl_control.value, "update/trajectories": 0}
         if not rows:
             return metrics
-        batch = collate(rows, self.tokenizer.pad_token_id)
+        batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=algo.right_token_coef > 0)
         mask = batch["loss_mask"]
         beta = self.kl_control.value
         # Values and a KL in the reward enter the advantages: score every row first. Otherwise
@@ -220,7 +221,12 @@ class RLTrainer:
         # term it only costs compute, so it is skipped (as DAPO's dynamic sampling does).
         other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward)
         skip_zero = algo.skip_zero_advantage and not other_terms
-        keep = out.keep & (batch["advantages"].abs().sum(1) > 0) if skip_zero else out.keep
+        signal = batch["advantages"].abs().sum(1) > 0
+        if "right_ids" in batch:  # the right-token loss needs no advantage
+            has_right = (batch["right_ids"] >= 0).any(-1)
+            signal |= has_right.any(1)
+            metrics["adv/right_token_positions"] = int(has_right.sum())
+        keep = out.keep & signal if skip_zero else out.keep
         keep = keep.nonzero().squeeze(1)
         metrics["update/trajectories"] = len(keep)
         if len(keep) == 0:
@@ -281,6 +287,10 @@ class RLTrainer:
             if not spec.kl_in_reward:
                 loss = loss + self.kl_control.value * kl
             metrics = {**metrics, "kl": kl.item()}
+        if "right_ids" in batch:
+            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], (batch["right_ids"] >= 0).any(-1))
+            loss = loss + algo.right_token_coef * right_loss
+            metrics = {**metrics, **right_metrics, "right_token_loss": right_loss.item()}
         if algo.entropy_coef > 0:
             bonus, entropy_metrics = entropy_loss(mask, entropy=outputs["entropy"], aggregation=spec.aggregation)
             loss = loss + algo.entropy_coef * bonus
