@@ -10,7 +10,7 @@ def test_jsonl_round_trip(tmp_path):
     t = Trajectory(env_id="babyai", item_id="babyai_3", category="GoTo", group=2,
                    messages=[{"role": "user", "content": "hi"}], input_ids=[1, 2, 3], loss_mask=[0, 1, 1],
                    logprobs=[0.0, -0.5, -0.25], turn_rewards=[0.0, 0.75], success=True, terminated=True,
-                   invalid_actions=1, invalid_turns=[0], wrong_tokens=[2], error=None)
+                   invalid_actions=1, invalid_turns=[0], wrong_tokens=[2], right_tokens=[[7, 9]], error=None)
     save_trajectories([t, Trajectory(env_id="babyai", item_id="babyai_4", category="GoTo", error="boom")],
                       tmp_path / "t.jsonl")
     loaded = load_trajectories(tmp_path / "t.jsonl")

@@ -57,7 +57,7 @@ __all__ = [
     "gae_advantages", "get_algorithm", "grpo_advantages", "kl_k1", "kl_k2", "kl_k3", "kl_loss",
     "kl_penalty", "kl_reward_penalty", "lookup", "loop_advantages", "make_kl_controller",
     "masked_mean", "masked_sum", "masked_whiten", "outcome_token_rewards", "penalize_tokens", "ppo_clip_loss",
-    "register_advantage", "right_token_loss", "register_kl", "register_loss", "register_schedule",
-    "reinforce_pp_advantages", "rloo_advantages", "stepwise_schedule", "token_entropy",
+    "register_advantage", "register_kl", "register_loss", "register_schedule",
+    "reinforce_pp_advantages", "right_token_loss", "rloo_advantages", "stepwise_schedule", "token_entropy",
     "token_level_rewards", "turn_ids_from_mask", "unit_log_ratio", "value_clip_loss",
 ]

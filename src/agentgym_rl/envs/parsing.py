@@ -65,8 +65,6 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     return None
 
 
-
-
 def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Sequence[int]], str],
                       encode: Callable[[str], list[int]], actions: Sequence[str]) -> list[int]:
     """Tokens that, in place of reply token `wrong`, would have continued a listed action.
