@@ -84,7 +84,7 @@ class RLTrainer:
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
-        # The penalty needs to know where rejected replies went wrong.
+        # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
                   or config.algo.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
