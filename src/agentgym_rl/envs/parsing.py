@@ -47,9 +47,8 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
         environment refused an action it listed) or cannot be located in the text.
     """
     reply = decode(reply_ids)
-    action = extract_action(reply)
-    start = reply.rfind(action) if action is not None else -1
-    if start < 0 or not actions:
+    action, start = _action_in(reply)
+    if action is None or not actions:
         return None
     wanted = action.lower()
     listed = [a.lower() for a in actions]
@@ -86,9 +85,8 @@ def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Se
         the reply's first `wrong` tokens.
     """
     reply = decode(reply_ids)
-    action = extract_action(reply)
-    start = reply.rfind(action) if action is not None else -1
-    if start < 0:
+    action, start = _action_in(reply)
+    if action is None:
         return []
     written = decode(reply_ids[:wrong])
     right: list[int] = []
@@ -99,3 +97,11 @@ def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Se
             if token not in right:
                 right.append(token)
     return right
+
+
+def _action_in(reply: str) -> tuple[str | None, int]:
+    """The reply's action and where it starts in the reply's text; (None, -1) when there is
+    none or it cannot be found verbatim."""
+    action = extract_action(reply)
+    start = reply.rfind(action) if action is not None else -1
+    return (action, start) if start >= 0 else (None, -1)
