@@ -45,6 +45,11 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
     return batch
 
 
+def right_token_positions(batch: TokenBatch) -> torch.Tensor:
+    """(B, T) bool: the positions of a `collate(..., right_tokens=True)` batch that list right tokens."""
+    return (batch["right_ids"] >= 0).any(-1)
+
+
 def select(batch: TokenBatch, rows: torch.Tensor | list[int]) -> TokenBatch:
     """The rows `rows` of every (B, ...) tensor, (B, T, ...) ones trimmed to their longest sequence."""
     picked = {k: v[rows] for k, v in batch.items()}

@@ -28,7 +28,7 @@ from ..errors import UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory, save_trajectories
-from .batch import TokenBatch, collate
+from .batch import TokenBatch, collate, right_token_positions
 from .common import maybe_lora
 from .learner import Learner
 from .run_log import MetricsLogger
@@ -223,7 +223,7 @@ class RLTrainer:
         skip_zero = algo.skip_zero_advantage and not other_terms
         signal = batch["advantages"].abs().sum(1) > 0
         if "right_ids" in batch:  # the right-token loss needs no advantage
-            has_right = (batch["right_ids"] >= 0).any(-1)
+            has_right = right_token_positions(batch)
             signal |= has_right.any(1)
             metrics["adv/right_token_positions"] = int(has_right.sum())
         keep = out.keep & signal if skip_zero else out.keep
@@ -288,7 +288,7 @@ class RLTrainer:
                 loss = loss + self.kl_control.value * kl
             metrics = {**metrics, "kl": kl.item()}
         if "right_ids" in batch:
-            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], (batch["right_ids"] >= 0).any(-1))
+            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], right_token_positions(batch))
             loss = loss + algo.right_token_coef * right_loss
             metrics = {**metrics, **right_metrics, "right_token_loss": right_loss.item()}
         if algo.entropy_coef > 0:
