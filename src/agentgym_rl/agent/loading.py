@@ -16,14 +16,14 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
             no chat template.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder = Path(path)
     if not folder.is_dir():
         raise UserError(f"model path {str(path)!r} is not a directory")
     if not (folder / "config.json").is_file():
         raise UserError(f"model path {str(path)!r} has no config.json (not a Hugging Face model folder)")
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    tokenizer = _tokenizer_class(folder).from_pretrained(folder, local_files_only=True)
     if not getattr(tokenizer, "chat_template", None):
         raise UserError(f"the tokenizer in {str(path)!r} has no chat_template")
     if tokenizer.pad_token_id is None:
@@ -32,3 +32,31 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
         folder, local_files_only=True, dtype=getattr(torch, dtype)
     )
     return model, tokenizer
+
+
+# Tokenizer classes that take `tokenizer.json` as it is written.
+_GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _tokenizer_class(folder: Path) -> Any:
+    """The class to load `folder`'s tokenizer with.
+
+    `AutoTokenizer` picks the class registered for the model type when `tokenizer_config.json`
+    names a generic one, and for Qwen2 that class rebuilds the pre-tokenizer with Qwen's regex
+    and adds an `<|endoftext|>` token: the tiny model's tokenizer would then split text other
+    than as it was trained to, and could emit an id beyond the embedding. A folder whose
+    tokenizer config names a generic class is loaded with that class instead.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = folder / "tokenizer_config.json"
+    if (folder / "tokenizer.json").is_file() and config.is_file():
+        try:
+            named = json.loads(config.read_text()).get("tokenizer_class")
+        except (ValueError, AttributeError):
+            return AutoTokenizer  # which reports the broken file its own way
+        if named in _GENERIC_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast
+    return AutoTokenizer
