@@ -316,7 +316,7 @@ def test_dpo_samples_pairs_and_uses_the_adapter_free_base_as_reference(tmp_path,
     monkeypatch.setattr(dpo, "model_policy", scripted(["Action: count", "Action: look", "Action: look"]))
     config = load_config(DPOConfig, REPO / "configs" / "babyai_dpo.yaml", [
         *TOY, f"output_dir={tmp_path}", "run_name=toy", "data.items=6", "data.samples_per_item=3",
-        "data.max_turns=2", "eval.episodes=0", "model.lora_rank=4", "dpo.epochs=2", "dpo.batch_size=4",
+        "data.max_turns=2", "eval.episodes=0", "model.lora_rank=4", "dpo.epochs=4", "dpo.batch_size=4",
         "optim.lr=0.05", "optim.micro_batch_size=2"])
     result = dpo.DPOTrainer(config, log=lambda _: None).fit()
     assert result["pairs"] > 0
@@ -324,7 +324,13 @@ def test_dpo_samples_pairs_and_uses_the_adapter_free_base_as_reference(tmp_path,
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
     assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)  # LoRA starts as the base
-    assert steps[-1]["rewards/margin"] > 0  # the policy moved away from the reference
+    # The policy moved away from the reference, towards the chosen replies. Single batches are
+    # noisy at this size (a batch's margin can stay near 0), so compare epoch means.
+    margins: dict[int, list[float]] = {}
+    for row in steps:
+        margins.setdefault(row["epoch"], []).append(row["rewards/margin"])
+    first, last = (sum(margins[e]) / len(margins[e]) for e in (1, max(margins)))
+    assert last > 0 and last > first
     base = load_file(tmp_path / "toy" / "lora_base" / "model.safetensors")
     merged = load_file(tmp_path / "toy" / "checkpoints" / "final" / "model" / "model.safetensors")
     assert any(not torch.equal(base[k], merged[k]) for k in base)
