@@ -364,6 +364,19 @@ def test_discredit_turns_caps_only_the_listed_turns_positive_tokens():
         discredit_turns(advantages, mask, [[1]])
 
 
+def test_discredit_turns_keeps_the_credit_of_tokens_before_the_wrong_one():
+    # Row 0: turns 0 (tokens 0-2) and 1 (5-7), both rejected; turn 1 went wrong at token 6, so
+    # token 5 keeps its +0.5; turn 0 has no located wrong token and is capped whole.
+    # Row 1: turn 0 went wrong at its first token (0): all of it is capped.
+    mask = torch.tensor([[1, 1, 1, 0, 0, 1, 1, 1], [1, 1, 1, 0, 0, 0, 0, 0]])
+    advantages = torch.tensor([[0.5, 0.5, 0.5, 0, 0, 0.5, 0.5, 0.5], [0.25, 0.25, 0.25, 0, 0, 0, 0, 0]])
+    capped, count = discredit_turns(advantages, mask, [[0, 1], [0]], [[6], [0]])
+    assert capped.tolist() == [[0, 0, 0, 0, 0, 0.5, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0]]
+    assert count == 5 + 3
+    with pytest.raises(ValueError, match="position lists"):
+        discredit_turns(advantages, mask, [[0], [0]], [[6]])
+
+
 def test_penalize_tokens_subtracts_at_the_listed_positions_only():
     advantages = torch.tensor([[0.0, 0.5, 0.5, 0.0], [0.0, -0.25, 0.0, 0.0]])
     out = penalize_tokens(advantages, [[2], [1, 2]], penalty=0.5)

@@ -273,7 +273,7 @@ def encode_words(text):
 
 @pytest.mark.parametrize("wrong, actions, expected", [
     (7, ["turn left", "go to green key 1", "go to red ball 1", "go to green ball 1"], [" green", " red"]),
-    (5, ["pickup grey key 1", "turn left"], [" pickup", " turn"]),  # wrong at the first token
+    (5, ["pickup grey key 1", "turn left"], []),  # wrong at the action's first token: no repair
     (9, ["go to grey key 10"], [" 10"]),  # stopped short: the longer last token
     (7, ["turn left"], []),  # no listed action shares the prefix
 ])

@@ -56,27 +56,38 @@ def make_tokenizer(family: str):
 REPLIES = ["Thought: I should count.\nAction: count", "Action: look", "Thought: again.\nAction: count"]
 
 
+class LookingCounterEnv(CounterEnv):
+    """CounterEnv listing two-word actions, so a reply can go wrong after its first word."""
+
+    def available_actions(self):
+        return ["count", "look left", "look right"]
+
+
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
     tokenizer = make_tokenizer("qwen2.5")
     encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Action: jump", "Action: count"], encoder.end_of_turn_id)
-    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
+    generator = ScriptedGenerator(tokenizer, ["Action: jump", "Action: look up", "Action: count"],
+                                  encoder.end_of_turn_id)
+    engine = RolloutEngine(LookingCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
     [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
-    assert trajectory.success and trajectory.invalid_turns == [0]
+    assert trajectory.success and trajectory.invalid_turns == [0, 1]
     if not locate:
         assert trajectory.wrong_tokens == [] and trajectory.right_tokens == []
         return
-    # "jump" starts no available action ("count", "look"): the token bringing its "j" is wrong.
-    [position] = trajectory.wrong_tokens
-    reply_start = trajectory.loss_mask.index(1)
-    assert tokenizer.decode(trajectory.input_ids[reply_start:position]).strip() == "Action:"
-    assert "j" in tokenizer.decode(trajectory.input_ids[position:position + 1])
-    # In its place, the tokens starting "count" and "look" would have continued a listed action
-    # (after the " " already written; this tokenizer's "count" then starts with "c").
-    [right] = trajectory.right_tokens
-    first, second = [tokenizer.decode(i) for i in right]
-    assert first and "count".startswith(first) and second and "look".startswith(second)
+    jump, look = trajectory.wrong_tokens
+    # "jump" starts no available action: the token bringing its "j" is wrong. It is the action's
+    # first token, so no right tokens are given (which action to take is the outcome's call).
+    first_reply = trajectory.loss_mask.index(1)
+    assert tokenizer.decode(trajectory.input_ids[first_reply:jump]).strip() == "Action:"
+    assert "j" in tokenizer.decode(trajectory.input_ids[jump:jump + 1])
+    # "look up" went wrong after "look": in place of the token bringing "up", those starting
+    # "left" and "right" would have continued a listed action.
+    assert tokenizer.decode(trajectory.input_ids[look - 3:look]).rstrip().endswith("look")
+    assert "u" in tokenizer.decode(trajectory.input_ids[look:look + 1])
+    assert trajectory.right_tokens[0] == []
+    first, second = [tokenizer.decode(i).strip() for i in trajectory.right_tokens[1]]
+    assert first and "left".startswith(first) and second and "right".startswith(second)
 
 
 @pytest.mark.parametrize("family", ["tiny", "qwen2.5", "llama3"])

@@ -128,12 +128,14 @@ class AlgoConfig:
     invalid_turn_penalty: float | None = None
     """null: every turn shares its trajectory's advantage A. A number p >= 0: a turn whose
     action the environment rejected gets min(A, 0) instead (such an action changed nothing,
-    so a good outcome cannot credit it), and the token where its action first left every
-    available action gets a further -p (`algos.discredit_turns`, `algos.penalize_tokens`)."""
+    so a good outcome cannot credit it) from the token where its action first left every
+    available action, and that token gets a further -p (`algos.discredit_turns`,
+    `algos.penalize_tokens`)."""
     right_token_coef: float = 0.0
     """Weight of `algos.right_token_loss`: at the token where a rejected reply left every
     available action, raise the total probability of the tokens that would have continued
-    one (0: off). Like the penalty above, it needs the wrong tokens located."""
+    one (0: off; never at the action's first token, `envs.parsing.right_next_tokens`). Like
+    the penalty above, it needs the wrong tokens located."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""

@@ -127,19 +127,27 @@ def outcome_token_rewards(rewards: Tensor, mask: Tensor) -> Tensor:
     return out
 
 
-def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]]) -> tuple[Tensor, int]:
-    """Cap at 0 the advantage of every token of the listed turns.
+def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]],
+                    from_positions: list[list[int]] | None = None) -> tuple[Tensor, int]:
+    """Cap at 0 the advantage of the listed turns' tokens, from where each went wrong.
 
     Meant for turns whose action the environment rejected. Such an action left the state
     as it was, so it cannot have helped the outcome, yet an outcome advantage spread over
     a successful trajectory reinforces it, most strongly where the sampler thought it
     unlikely. A negative advantage is kept: discouraging the action is right.
 
+    The tokens before a turn's wrong token ("Action: pickup" in "Action: pickup grey box 1"
+    when only a red box can be picked up) began a listed action, so they keep their
+    advantage: capping them would give the actions that can be rejected (those naming an
+    object) less credit than those that cannot (turning on the spot).
+
     Args:
         advantages: (B, T) per-token advantages, 0 off the action mask.
         mask: (B, T) 0/1 or bool action mask; turn k of a row is its k-th run of action
             tokens (`turn_ids_from_mask`).
         turns: B lists of 0-based turn indices.
+        from_positions: optional B lists of column indices (`Trajectory.wrong_tokens`): a
+            listed turn holding one is capped from it on; a listed turn holding none, whole.
 
     Returns:
         ((B, T) advantages, how many tokens lost a positive advantage).
@@ -147,11 +155,17 @@ def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]]) ->
     if advantages.shape != mask.shape or advantages.dim() != 2 or len(turns) != mask.shape[0]:
         raise ValueError(f"expected (B, T) advantages and mask and B turn lists, got {tuple(advantages.shape)}, "
                          f"{tuple(mask.shape)} and {len(turns)}")
+    if from_positions is not None and len(from_positions) != mask.shape[0]:
+        raise ValueError(f"expected {mask.shape[0]} position lists, got {len(from_positions)}")
     turn_ids = turn_ids_from_mask(mask)
+    columns = torch.arange(mask.shape[1])
     listed = torch.zeros_like(turn_ids, dtype=torch.bool)
     for row, row_turns in enumerate(turns):
         if row_turns:
             listed[row] = torch.isin(turn_ids[row], torch.tensor(row_turns, dtype=turn_ids.dtype))
+        for position in (from_positions[row] if from_positions is not None else []):
+            before = (turn_ids[row] == turn_ids[row, position]) & (columns < position)
+            listed[row] &= ~before
     capped = listed & (advantages > 0)
     return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
 

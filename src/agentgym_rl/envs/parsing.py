@@ -75,6 +75,12 @@ def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Se
     " red". Working on text, not ids, also covers prefixes that end inside a word's usual
     token (the model wrote " " then "j"; " count" is one token, but "count" follows " ").
 
+    A reply that went wrong at its action's first token ("pickup" when nothing can be
+    picked up) gets none: there the right tokens would be every other verb, always with
+    the moves listed in every state, and raising them taught the policy to turn on the
+    spot whenever unsure (docs/RESULTS.md). Which action to take is the outcome's call;
+    these tokens only repair the rest of an action that began as a listed one.
+
     Args:
         reply_ids: the reply's token ids; `wrong`: an index into them (`first_wrong_token`).
         decode: ids -> reply text; encode: text -> ids (as the tokenizer writes that text).
@@ -82,13 +88,15 @@ def right_next_tokens(reply_ids: Sequence[int], wrong: int, decode: Callable[[Se
 
     Returns:
         Distinct token ids in the order of `actions`; empty when no listed action continues
-        the reply's first `wrong` tokens.
+        the reply's first `wrong` tokens, or when token `wrong` starts the action.
     """
     reply = decode(reply_ids)
     action, start = _action_in(reply)
     if action is None:
         return []
     written = decode(reply_ids[:wrong])
+    if len(written) <= start:
+        return []
     right: list[int] = []
     for listed in actions:
         meant = reply[:start] + listed

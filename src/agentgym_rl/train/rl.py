@@ -210,7 +210,8 @@ class RLTrainer:
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch["advantages"] = out.token_advantages(mask)
         if algo.invalid_turn_penalty is not None:
-            batch["advantages"], capped = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows])
+            batch["advantages"], capped = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows],
+                                                          [t.wrong_tokens for t in rows])
             batch["advantages"] = penalize_tokens(batch["advantages"], [t.wrong_tokens for t in rows],
                                                   algo.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
