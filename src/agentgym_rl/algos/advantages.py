@@ -158,14 +158,13 @@ def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]],
     if from_positions is not None and len(from_positions) != mask.shape[0]:
         raise ValueError(f"expected {mask.shape[0]} position lists, got {len(from_positions)}")
     turn_ids = turn_ids_from_mask(mask)
-    columns = torch.arange(mask.shape[1])
     listed = torch.zeros_like(turn_ids, dtype=torch.bool)
     for row, row_turns in enumerate(turns):
         if row_turns:
             listed[row] = torch.isin(turn_ids[row], torch.tensor(row_turns, dtype=turn_ids.dtype))
         for position in (from_positions[row] if from_positions is not None else []):
-            before = (turn_ids[row] == turn_ids[row, position]) & (columns < position)
-            listed[row] &= ~before
+            # Earlier tokens of the same turn keep their advantage.
+            listed[row, :position] &= turn_ids[row, :position] != turn_ids[row, position]
     capped = listed & (advantages > 0)
     return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
 

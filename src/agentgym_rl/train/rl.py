@@ -210,12 +210,12 @@ class RLTrainer:
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch["advantages"] = out.token_advantages(mask)
         if algo.invalid_turn_penalty is not None:
+            wrong_tokens = [t.wrong_tokens for t in rows]
             batch["advantages"], capped = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows],
-                                                          [t.wrong_tokens for t in rows])
-            batch["advantages"] = penalize_tokens(batch["advantages"], [t.wrong_tokens for t in rows],
-                                                  algo.invalid_turn_penalty)
+                                                          wrong_tokens)
+            batch["advantages"] = penalize_tokens(batch["advantages"], wrong_tokens, algo.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
-            metrics["adv/wrong_tokens"] = sum(len(t.wrong_tokens) for t in rows)
+            metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
         if out.returns is not None:
             batch["returns"] = out.returns
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
