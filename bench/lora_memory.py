@@ -73,7 +73,7 @@ def run_variant(model: Path, out: Path, name: str, overrides: list[str]) -> dict
     """Peak RSS (MiB) before the final save and overall, and the rows trained over the run."""
     run_name = f"v{abs(hash(name))}"
     args = [sys.executable, "-c", CHILD, "train", str(REPO / "configs" / "babyai_grpo.yaml"),
-            f"model.path={model}", "warmup.episodes=0", f"output_dir={out}", f"run_name={run_name}",
+            f"model.path={model}", "warmup.episodes=0", f"run.output_dir={out}", f"run.name={run_name}",
             "train.steps=2", "train.validate_every=0", "train.save_every=1000", "train.save_trajectories=false",
             "algo.tasks_per_step=4", "algo.group_size=4", "schedule.horizons=[2]", "rollout.max_new_tokens=16",
             "optim.micro_batch_size=4", *overrides]

@@ -25,7 +25,7 @@ TINY_RUN = [
     "algo.minibatch_size=4", "optim.micro_batch_size=4", "rollout.max_new_tokens=8", "rollout.max_envs=2",
     "schedule.horizons=[2]", "train.steps=1", "train.save_every=1",
     # validate_every > steps: validation runs at step 0 only.
-    "train.validate_every=2", "train.validation_episodes=2", "train.validation_max_turns=2",
+    "train.validate_every=2", "eval.episodes=2", "eval.max_turns=2",
 ]
 
 
@@ -40,7 +40,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert all(len(r["conversations"]) > 2 for r in records)
 
     code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"),
-                         f"env.id={env_id}", *TINY_RUN, f"output_dir={tmp_path}", "run_name=run")
+                         f"env.id={env_id}", *TINY_RUN, f"run.output_dir={tmp_path}", "run.name=run")
     assert code == 0, err[-3000:]
     run_dir = tmp_path / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

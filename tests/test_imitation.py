@@ -216,9 +216,9 @@ def sft_run(tmp_path_factory):
     assert "collected 8 episodes (8 items × 1)" in result.stdout and str(demos) in result.stdout
     records = [json.loads(line) for line in demos.read_text().splitlines()]
     assert records and all(r["success"] for r in records) and all("conversations" in r for r in records)
-    ok(run("sft", str(REPO / "configs" / "babyai_sft.yaml"), f"data.path={demos}", "data.env=null",
+    ok(run("sft", str(REPO / "configs" / "babyai_sft.yaml"), f"data.path={demos}",
            "model.corpus_episodes=8", *TINY_MODEL, "train.epochs=2", "train.batch_size=4",
-           f"output_dir={root}", "run_name=sft"))
+           f"run.output_dir={root}", "run.name=sft"))
     return root
 
 
@@ -249,7 +249,7 @@ def test_dpo_on_collected_pairs(sft_run, capsys, monkeypatch):
     assert code == 0 and "collected 24 episodes (6 items × 4)" in out
     ok(run("dpo", str(REPO / "configs" / "babyai_dpo.yaml"), f"model.path={sft_run / 'sft/checkpoints/final/model'}",
            f"data.path={pairs_file}", "eval.episodes=0", "dpo.epochs=1", "dpo.batch_size=2",
-           "optim.micro_batch_size=2", f"output_dir={sft_run}", "run_name=dpo"))
+           "optim.micro_batch_size=2", f"run.output_dir={sft_run}", "run.name=dpo"))
     rows = [json.loads(line) for line in (sft_run / "dpo" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]
     assert rows[0]["pairs"] > 0 and len(steps) == math.ceil(rows[0]["pairs"] / 2)
@@ -262,7 +262,7 @@ def test_dpo_on_collected_pairs(sft_run, capsys, monkeypatch):
 def test_rft_rounds(sft_run):
     ok(run("rft", str(REPO / "configs" / "babyai_rft.yaml"), f"model.path={sft_run / 'sft/checkpoints/final/model'}",
            "rft.rounds=2", "rft.items=2", "rft.samples_per_item=2", "rft.max_turns=2", "eval.episodes=2",
-           "eval.max_turns=2", "rollout.max_new_tokens=12", f"output_dir={sft_run}", "run_name=rft"))
+           "eval.max_turns=2", "rollout.max_new_tokens=12", f"run.output_dir={sft_run}", "run.name=rft"))
     run_dir = sft_run / "rft"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "val/success" in r] == [0, 1, 2]
@@ -290,11 +290,11 @@ def test_rft_fine_tunes_on_its_successes(tmp_path, counter_env_registered, monke
     samples succeed and some fail: the successes (deduplicated) are trained on."""
     from agentgym_rl.train import rft
     from agentgym_rl.config import load_config
-    from agentgym_rl.train.imitation_config import RFTConfig
+    from agentgym_rl.config import RFTConfig
 
     monkeypatch.setattr(rft, "model_policy", scripted(["Action: count", "Action: look"]))
     config = load_config(RFTConfig, REPO / "configs" / "babyai_rft.yaml", [
-        *TOY, f"output_dir={tmp_path}", "run_name=toy", "rft.items=6", "rft.samples_per_item=2", "rft.max_turns=2",
+        *TOY, f"run.output_dir={tmp_path}", "run.name=toy", "rft.items=6", "rft.samples_per_item=2", "rft.max_turns=2",
         "eval.episodes=0", "train.epochs=1"])
     [start, first] = rft.RFTTrainer(config, log=lambda _: None).fit()
     assert start["eval"] is None
@@ -311,11 +311,11 @@ def test_rft_fine_tunes_on_its_successes(tmp_path, counter_env_registered, monke
 def test_dpo_samples_pairs_and_uses_the_adapter_free_base_as_reference(tmp_path, counter_env_registered, monkeypatch):
     from agentgym_rl.train import dpo
     from agentgym_rl.config import load_config
-    from agentgym_rl.train.imitation_config import DPOConfig
+    from agentgym_rl.config import DPOConfig
 
     monkeypatch.setattr(dpo, "model_policy", scripted(["Action: count", "Action: look", "Action: look"]))
     config = load_config(DPOConfig, REPO / "configs" / "babyai_dpo.yaml", [
-        *TOY, f"output_dir={tmp_path}", "run_name=toy", "data.items=6", "data.samples_per_item=3",
+        *TOY, f"run.output_dir={tmp_path}", "run.name=toy", "data.items=6", "data.samples_per_item=3",
         "data.max_turns=2", "eval.episodes=0", "model.lora_rank=4", "dpo.epochs=4", "dpo.batch_size=4",
         "optim.lr=0.05", "optim.micro_batch_size=2"])
     result = dpo.DPOTrainer(config, log=lambda _: None).fit()
@@ -346,8 +346,8 @@ def write(path: Path, *lines) -> Path:
 
 
 def sft_args(tmp_path, *extra):
-    return ["sft", str(REPO / "configs" / "babyai_sft.yaml"), "data.env=null", "data.successes_only=false",
-            f"output_dir={tmp_path}", *extra]
+    return ["sft", str(REPO / "configs" / "babyai_sft.yaml"), "data.successes_only=false",
+            f"run.output_dir={tmp_path}", *extra]
 
 
 def test_bad_input_is_a_one_line_error(tmp_path, capsys, monkeypatch):
@@ -372,8 +372,8 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, monkeypatch):
          "no trainable conversation in"),
         (sft_args(tmp_path, f"data.path={write(tmp_path / 'ok.jsonl', good)}", "model.path=/no/such/model"),
          "model path '/no/such/model' is not a directory with a config.json"),
-        (sft_args(tmp_path, f"data.path={tmp_path / 'ok.jsonl'}", "data.env=babyai"), "set exactly one of data.path"),
-        (sft_args(tmp_path, "data.env=nope"), "unknown environment 'nope'"),
+        (sft_args(tmp_path, "data.env=babyai"), "unknown config key 'data.env': it is 'env.id' now"),
+        (sft_args(tmp_path, "env.id=nope"), "unknown environment 'nope'"),
         (sft_args(tmp_path, f"data.path={tmp_path / 'ok.jsonl'}", "data.successes_only=true"),
          "no conversation in"),
         (["collect", "--env", "nope", "--policy", "expert", "--out", str(tmp_path / "x.jsonl")],
@@ -381,13 +381,14 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, monkeypatch):
         (["collect", "--env", "babyai", "--policy", "expert", "--format", "csv", "--out", str(tmp_path / "x.jsonl")],
          "unknown format 'csv'"),
         (["dpo", str(REPO / "configs" / "babyai_dpo.yaml"), "model.path=null",
-          f"data.path={write(tmp_path / 'allwon.jsonl', scored, scored)}", f"output_dir={tmp_path}"],
+          f"data.path={write(tmp_path / 'allwon.jsonl', scored, scored)}", f"run.output_dir={tmp_path}"],
          "DPO found no preference pair"),
         (["dpo", str(REPO / "configs" / "babyai_dpo.yaml"), "model.path=null", "optim.micro_batch_size=3"],
          "optim.micro_batch_size must be even"),
         (["rft", str(REPO / "configs" / "babyai_rft.yaml"), "model.path=/no/such/model"],
          "model path '/no/such/model' is not a directory"),
-        (["rft", str(REPO / "configs" / "babyai_rft.yaml"), "rft.rounds=0"], "rounds must be >= 1"),
+        (["rft", str(REPO / "configs" / "babyai_rft.yaml"), "rft.rounds=0"],
+         "config key 'rft.rounds': input should be greater than or equal to 1, got 0"),
     ]
     for args, message in cases:
         code, _, err = cli(capsys, monkeypatch, *args)
@@ -401,13 +402,12 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, monkeypatch):
 def test_imitation_configs_load_with_their_own_class(name):
     from agentgym_rl.envs import env_ids
     from agentgym_rl.errors import UserError
-    from agentgym_rl.config import load_config
-    from agentgym_rl.train.imitation_config import DPOConfig, RFTConfig, SFTConfig
+    from agentgym_rl.config import DPOConfig, RFTConfig, SFTConfig, load_config
 
     cls = {"sft": SFTConfig, "dpo": DPOConfig, "rft": RFTConfig}[name]
     config = load_config(cls, REPO / "configs" / f"babyai_{name}.yaml")
-    assert (config.data.env if name == "sft" else config.env.id) in env_ids()
-    assert config.run_name == f"babyai_{name}"
+    assert config.env.id in env_ids()
+    assert config.run.name == f"babyai_{name}"
     with pytest.raises(UserError, match="unknown config key 'bogus'"):
         load_config(cls, REPO / "configs" / f"babyai_{name}.yaml", ["bogus=1"])
 

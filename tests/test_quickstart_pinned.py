@@ -15,7 +15,7 @@ from test_cli import run
 
 # The quickstart config with fewer demonstrations, epochs, steps and validation items (~50 s).
 SHORT_BUDGET = ["model.corpus_episodes=100", "warmup.episodes=120", "warmup.epochs=3", "train.steps=3",
-                "train.validate_every=3", "train.save_every=3", "train.validation_episodes=10"]
+                "train.validate_every=3", "train.save_every=3", "eval.episodes=10"]
 
 # Every line of `metrics.jsonl` but the times: validation at step 0, three RL steps, validation.
 PINNED = [
@@ -56,7 +56,7 @@ PINNED = [
 
 @pytest.mark.slow
 def test_quickstart_recipe_pins_its_first_steps(tmp_path):
-    result = run("quickstart", *SHORT_BUDGET, f"output_dir={tmp_path}")
+    result = run("quickstart", *SHORT_BUDGET, f"run.output_dir={tmp_path}")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "quickstart" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == len(PINNED)

@@ -19,14 +19,14 @@ TINY = [
     "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64",
     "model.tiny.vocab_size=320", "warmup.episodes=12", "warmup.epochs=1",
     "algo.tasks_per_step=2", "algo.group_size=3", "algo.minibatch_size=4", "rollout.max_new_tokens=12",
-    "schedule.horizons=[2,3]", "schedule.every=2", "train.validation_episodes=2", "train.validate_every=2",
+    "schedule.horizons=[2,3]", "schedule.every=2", "eval.episodes=2", "train.validate_every=2",
     "train.save_every=2", "optim.micro_batch_size=2",
 ]
 
 
 def train(tmp_path: Path, name: str, *extra: str, resume: bool = False, config: str = "babyai_grpo.yaml"):
-    args = ["train", str(REPO / "configs" / config), *TINY, f"output_dir={tmp_path}",
-            f"run_name={name}", *extra]
+    args = ["train", str(REPO / "configs" / config), *TINY, f"run.output_dir={tmp_path}",
+            f"run.name={name}", *extra]
     result = run(*args, *(["--resume"] if resume else []))
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp_path / name
@@ -77,11 +77,11 @@ def test_every_algorithm_trains_on_babyai_through_the_cli(tmp_path, algorithm):
 def test_every_algorithm_updates_the_policy(tmp_path, counter_env_registered, algorithm):
     """On the toy env rewards often differ within a group (shaped reward), so every algorithm
     must update."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / f"babyai_{algorithm}.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy", "train.steps=2",
+    config = load_config(RLConfig, REPO / "configs" / f"babyai_{algorithm}.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "train.steps=2",
         "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6"])
     trainer = RLTrainer(config, log=lambda _: None)
     trainer.fit()
@@ -94,11 +94,11 @@ def test_every_algorithm_updates_the_policy(tmp_path, counter_env_registered, al
 
 
 def test_max_kl_skips_updates(tmp_path, counter_env_registered):
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy", "train.steps=2",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "train.steps=2",
         "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6", "algo.epochs=3",
         "algo.minibatch_size=1", "optim.lr=0.05", "algo.max_kl=1e-9"])
     RLTrainer(config, log=lambda _: None).fit()
@@ -117,12 +117,12 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     """Training 4 steps straight equals training 2, stopping, and resuming for 2 more:
     same weights, same sampled trajectories, same metrics. The PPO case also restores a
     value head, a LoRA adapter over its base, and an adaptive KL coefficient."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, steps, resume=False):
-        config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-            *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", f"run_name={name}",
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+            *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
             f"train.steps={steps}", "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6",
             f"algo.name={algorithm}", *extra])
         RLTrainer(config, log=lambda _: None).fit(resume=resume)
@@ -158,12 +158,12 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
 def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
     """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.
     Without a KL or value term the second group is skipped unless skip_zero_advantage=false."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
         "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}"])
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
@@ -181,12 +181,12 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     its first token (position 1). Group 1: two such lost episodes (a tie: A = 0). With a
     penalty of 0 the won episode's rejected turn (2 tokens) loses its positive advantage;
     with 0.5 every wrong token is pushed down, so the tied group is trained on too."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
         "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}"])
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
@@ -204,12 +204,12 @@ def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_
     """Every row's reply went wrong at position 1, where token 12 would have continued a
     listed action. Without a penalty the tied group has no advantage, yet the right-token
     term trains on it; and an update makes token 12 there more likely (a sign error fails)."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
         "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", "algo.right_token_coef=1.0",
         "algo.epochs=1", "optim.lr=0.01"])
     trainer = RLTrainer(config, log=lambda _: None)
@@ -228,11 +228,11 @@ def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_
 def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
     """The whole loop improves a policy: from a random tiny model, GRPO learns to say "count"
     (a sign or masking error anywhere in rollout → advantage → loss → update fails this)."""
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"output_dir={tmp_path}", "run_name=toy", "warmup.episodes=0",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "warmup.episodes=0",
         "model.corpus_episodes=6", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32",
         "rollout.max_new_tokens=3", "schedule.horizons=[3]", "train.steps=40", "train.validate_every=0",
         "train.save_every=100", "train.save_trajectories=false", "optim.lr=0.003"])

@@ -36,17 +36,17 @@ def test_factory_wraps_only_with_a_penalty(counter_env_registered):
 
 
 def test_trainer_penalises_training_rollouts_not_validation(tmp_path, counter_env_registered):
-    from agentgym_rl.config import load_train_config
+    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import load_trajectories
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_train_config(REPO / "configs" / "babyai_grpo.yaml", [
-        "env.id=counter", "env.kwargs={}", "env.invalid_action_penalty=0.5", f"output_dir={tmp_path}",
-        "run_name=toy", "model.corpus_episodes=6", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        "env.id=counter", "env.kwargs={}", "env.invalid_action_penalty=0.5", f"run.output_dir={tmp_path}",
+        "run.name=toy", "model.corpus_episodes=6", "model.tiny.hidden_size=32", "model.tiny.num_layers=1",
         "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64",
         "model.tiny.vocab_size=320", "warmup.episodes=0", "algo.tasks_per_step=2", "algo.group_size=3",
         "rollout.max_new_tokens=6", "schedule.horizons=[3]", "train.steps=1", "train.validate_every=1",
-        "train.validation_episodes=3", "optim.micro_batch_size=2"])
+        "eval.episodes=3", "optim.micro_batch_size=2"])
     RLTrainer(config, log=lambda _: None).fit()
     sampled = load_trajectories(tmp_path / "toy" / "trajectories" / "step_000001.jsonl")
     invalid = [r for t in sampled for r, msg in zip(t.turn_rewards, t.messages[2::2]) if "Nothing happens" in msg["content"]]

@@ -57,7 +57,7 @@ def eval_command(
     """Evaluate a policy: Avg@n and Pass@k, overall and per category."""
     from .config import apply_override
     from .eval.evaluate import evaluate, format_table
-    from .rollout.engine import RolloutConfig
+    from .config import RolloutConfig
     from .rollout.trajectory import save_trajectories
 
     env_kwargs: dict = {}
@@ -82,11 +82,11 @@ def train(
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
 ) -> None:
     """Train with online RL (GRPO + ScalingInter-RL by default)."""
-    from .config import load_train_config
+    from .config import RLConfig, load_config
     from .eval.plots import plot_run
     from .train.rl import RLTrainer
 
-    train_config = load_train_config(config, overrides or [])
+    train_config = load_config(RLConfig, config, overrides or [])
     trainer = RLTrainer(train_config)
     trainer.fit(resume=resume)
     typer.echo(f"run folder: {trainer.run_dir}  plot: {plot_run(trainer.run_dir)}")
@@ -148,8 +148,7 @@ def collect(
                                        "(train and evaluate with the same choice)."),
 ) -> None:
     """Play a policy through the rollout engine and write its episodes (e.g. expert demonstrations)."""
-    from .config import apply_override
-    from .rollout.engine import RolloutConfig
+    from .config import RolloutConfig, apply_override
     from .train.collect import collect as collect_episodes
 
     env_kwargs: dict = {}
@@ -175,8 +174,7 @@ def sft(
     overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
-    from .config import load_config
-    from .train.imitation_config import SFTConfig
+    from .config import SFTConfig, load_config
     from .train.sft_trainer import SFTTrainer
 
     result = SFTTrainer(load_config(SFTConfig, config, overrides or [])).fit()
@@ -189,9 +187,8 @@ def dpo(
     overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
+    from .config import DPOConfig, load_config
     from .train.dpo import DPOTrainer
-    from .config import load_config
-    from .train.imitation_config import DPOConfig
 
     result = DPOTrainer(load_config(DPOConfig, config, overrides or [])).fit()
     if result["before"] is not None:
@@ -205,8 +202,7 @@ def rft(
     overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
-    from .config import load_config
-    from .train.imitation_config import RFTConfig
+    from .config import RFTConfig, load_config
     from .train.rft import RFTTrainer
 
     trainer = RFTTrainer(load_config(RFTConfig, config, overrides or []))

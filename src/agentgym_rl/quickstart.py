@@ -8,7 +8,7 @@ import math
 import time
 from importlib import resources
 
-from .config import load_train_config
+from .config import RLConfig, load_config
 from .eval.evaluate import format_table
 from .eval.plots import plot_run
 from .train.rl import RLTrainer
@@ -41,7 +41,7 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     """Run the whole quickstart; returns {"before", "after", "seconds", "run_dir"}."""
     began = time.time()
     with resources.as_file(QUICKSTART_CONFIG) as path:
-        config = load_train_config(path, list(overrides))
+        config = load_config(RLConfig, path, list(overrides))
     trainer = RLTrainer(config, log=log)
     validations = trainer.fit()
     before, after = validations[0], validations[-1]
@@ -60,6 +60,6 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     log(before_after_table(before, after))
     log(f"\nRL changed test success by {100 * delta:+.1f} points: {gained} items gained, {lost} lost "
         f"(paired standard error {100 * noise:.1f} points over {n} items, validation temperature "
-        f"{config.train.validation_temperature})")
+        f"{config.eval.temperature})")
     log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
     return report

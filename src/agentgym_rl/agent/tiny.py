@@ -7,9 +7,10 @@ Nothing is downloaded: the tokenizer is a byte-level BPE trained here with `toke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
+
+from ..config import TinyModelConfig
 
 SPECIAL_TOKENS = ["<|pad|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 
@@ -20,23 +21,6 @@ TINY_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}"
 )
-
-
-@dataclass
-class TinyModelConfig:
-    """Shape of the tiny model (Qwen2 architecture). The defaults give about 1M parameters."""
-
-    vocab_size: int = 1024
-    """Byte-level BPE vocabulary size (including 256 byte tokens and specials)."""
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    num_kv_heads: int = 4
-    """Equal to `num_heads` by default: with fewer, transformers' `repeat_kv` copies the whole
-    KV cache every decoding step, a third of the tiny model's evaluation time on a CPU."""
-    intermediate_size: int = 384
-    max_positions: int = 4096
-    """Longest token sequence (a whole multi-turn trajectory)."""
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int):

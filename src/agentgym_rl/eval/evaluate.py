@@ -7,7 +7,8 @@ from typing import Any
 
 from ..envs import registry
 from ..errors import UserError
-from ..rollout.engine import RolloutConfig, RolloutEngine, model_policy
+from ..config import RolloutConfig
+from ..rollout.engine import RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory
 from .metrics import summarize
 from .policies import RandomPolicy

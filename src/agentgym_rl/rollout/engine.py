@@ -15,6 +15,7 @@ from typing import Any, Callable, Protocol
 
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
+from ..config import RolloutConfig
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
@@ -45,35 +46,6 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bo
     generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
                             reuse_cache=reuse_cache)
     return ModelPolicy(generator, encoder)
-
-
-@dataclass
-class RolloutConfig:
-    """How episodes are run."""
-
-    max_new_tokens: int = 48
-    """Token limit of one reply."""
-    max_context: int = 4096
-    """Token limit of a whole episode; an episode that would exceed it is truncated."""
-    env_workers: int = 4
-    """Threads stepping environments (helps envs that wait on I/O: HTTP, JVM, browser)."""
-    expert_processes: int = 0
-    """Processes that play a scripted expert's episodes (0: one per CPU core). A pure-Python
-    expert holds the GIL, so threads cannot spread it over cores; processes can."""
-    system_prompt: bool = True
-    """Open each conversation with the environment's instruction as a system message."""
-    max_envs: int = 0
-    """Most environments alive at once (0: the environment's own limit, else all episodes).
-    Heavy environments (a SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
-    reuse_kv_cache: bool = True
-    """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
-    of the next turn (given to `model_policy`; off trades speed for memory)."""
-    locate_wrong_tokens: bool = False
-    """With a model policy, ask the environment for its available actions before each step and,
-    when it rejects a reply, record the token where the reply's action first left all of them
-    (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
-    (`Trajectory.right_tokens`). The RL trainer turns this on for `algo.invalid_turn_penalty`
-    and `algo.right_token_coef`."""
 
 
 @dataclass

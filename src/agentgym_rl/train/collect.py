@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..eval.evaluate import evaluate
-from ..rollout.engine import RolloutConfig
+from ..config import RolloutConfig
 from ..rollout.formats import trajectory_to_agenttraj, trajectory_to_chat, write_agenttraj, write_chat
 from ..rollout.trajectory import Trajectory, save_trajectories
 

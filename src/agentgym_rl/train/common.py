@@ -4,18 +4,18 @@ the run folder, LoRA wrapping, model policies, evaluation and checkpoints."""
 from __future__ import annotations
 
 import random
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..agent.lora import apply_lora
+from ..config import EnvConfig, EvalConfig, RolloutConfig, to_dict
 from ..envs import registry
 from ..envs.tasks import Task
 from ..errors import UserError
 from ..eval.evaluate import evaluate
-from ..rollout.engine import ModelPolicy, RolloutConfig, RolloutEngine, model_policy
+from ..rollout.engine import ModelPolicy, RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory
 from .learner import Learner
 
@@ -23,9 +23,9 @@ from .learner import Learner
 def start_run(run_dir: Path, config: Any) -> None:
     """Create the run folder and write `config.yaml`; refuse a folder that holds a run."""
     if (run_dir / "metrics.jsonl").exists():
-        raise UserError(f"run folder {str(run_dir)!r} already holds a run; choose a new run_name")
+        raise UserError(f"run folder {str(run_dir)!r} already holds a run; choose a new run.name")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(config), sort_keys=False))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
 
 
 def maybe_lora(model: Any, model_config: Any, run_dir: Path, tokenizer: Any) -> Any:
@@ -42,12 +42,12 @@ def maybe_lora(model: Any, model_config: Any, run_dir: Path, tokenizer: Any) -> 
                       model_config.lora_targets)
 
 
-def evaluate_model(model: Any, tokenizer: Any, env: Any, eval_config: Any, rollout: RolloutConfig,
+def evaluate_model(model: Any, tokenizer: Any, env: EnvConfig, eval_config: EvalConfig, rollout: RolloutConfig,
                    seed: int) -> dict[str, Any]:
     """Success of the model on the first `eval_config.episodes` items of `env.eval_split`,
     exactly as `agentgym-rl eval` measures it (same engine, same metrics)."""
     policy = model_policy(model, tokenizer, eval_config.temperature, rollout.reuse_kv_cache)
-    summary, _ = evaluate(env.id, policy, env.eval_split, eval_config.episodes, 1, eval_config.max_turns,
+    summary, _ = evaluate(env.id, policy, env.eval_split, eval_config.episodes, eval_config.samples, eval_config.max_turns,
                           eval_config.temperature, seed, rollout, env_kwargs=env.kwargs)
     return summary
 
@@ -74,7 +74,7 @@ def save_checkpoint(learner: Learner, tokenizer: Any, folder: Path) -> Path:
     return folder / "model"
 
 
-def sample_episodes(env: Any, rollout: RolloutConfig, policy: ModelPolicy, tasks: list[Task], samples: int,
+def sample_episodes(env: EnvConfig, rollout: RolloutConfig, policy: ModelPolicy, tasks: list[Task], samples: int,
                     max_turns: int | None, seed: int, desc: str) -> list[Trajectory]:
     """`samples` episodes of `policy` on each task, with a progress bar.
 

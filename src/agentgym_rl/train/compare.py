@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import load_train_config
+from ..config import RLConfig, load_config
 from ..errors import UserError
 from ..eval.compare import format_comparison, plot_comparison, summarize_runs
 from .rl import RLTrainer, latest_checkpoint
@@ -29,18 +29,18 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
     planned = []
     for path, label in zip(configs, labels):
         for seed in seeds:
-            config = load_train_config(path, [*overrides, f"seed={seed}", f"output_dir={out_dir}",
-                                              f"run_name={label}_s{seed}"])
+            config = load_config(RLConfig, path, [*overrides, f"run.seed={seed}", f"run.output_dir={out_dir}",
+                                                  f"run.name={label}_s{seed}"])
             planned.append((label, config))
     episodes = None
     for label, config in planned:
-        runs.setdefault(label, []).append(config.run_dir)
-        episodes = config.train.validation_episodes
-        last = latest_checkpoint(config.run_dir)
+        runs.setdefault(label, []).append(config.run.dir)
+        episodes = config.eval.episodes
+        last = latest_checkpoint(config.run.dir)
         if last is not None and int(last.name.split("_")[-1]) >= config.train.steps:
-            log(f"{config.run_dir}: already complete, not retrained")
+            log(f"{config.run.dir}: already complete, not retrained")
             continue
-        log(f"training {config.run_dir} ({config.algo.name}, seed {config.seed})")
+        log(f"training {config.run.dir} ({config.algo.name}, seed {config.run.seed})")
         RLTrainer(config, log=log).fit(resume=last is not None)
     rows = summarize_runs(runs)
     table = format_comparison(rows, episodes)

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ..agent.chat import ChatEncoder
 from ..algos import dpo_loss, sequence_logprob
+from ..config import DPOConfig
 from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations
@@ -39,7 +40,6 @@ from ..rollout.trajectory import Trajectory, save_trajectories
 from .batch import TokenBatch, collate
 from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
                      save_checkpoint, start_run)
-from .imitation_config import DPOConfig
 from .learner import Learner, is_lora
 from .pairs import PairStats, build_pairs
 from .run_log import MetricsLogger
@@ -108,15 +108,12 @@ class DPOTrainer:
         self.log = log
         registry.spec(config.env.id)
         check_model_path(config.model.path)
-        if config.optim.micro_batch_size % 2:
-            raise UserError(f"optim.micro_batch_size must be even for DPO (a micro-batch holds whole chosen/rejected "
-                            f"pairs, two rows each); got {config.optim.micro_batch_size}")
-        self.run_dir = config.run_dir
+        self.run_dir = config.run.dir
 
     def make_pairs(self, trajectories: list[Trajectory], source: str) -> list[Pair]:
         p = self.config.pairs
         pairs, stats = build_pairs(trajectories, min_margin=p.min_margin, use_reward=p.use_reward,
-                                   max_pairs_per_item=p.max_pairs_per_item, seed=self.config.seed)
+                                   max_pairs_per_item=p.max_pairs_per_item, seed=self.config.run.seed)
         if not pairs:
             raise no_pairs_error(trajectories, stats, self.config, source)
         self.log(f"DPO pairs from {source}: {stats.pairs} pairs over {stats.items_paired} of {stats.items} items "
@@ -127,10 +124,10 @@ class DPOTrainer:
     def sample(self, model: Any, tokenizer: Any) -> list[Trajectory]:
         """`data.samples_per_item` episodes of the starting policy on `data.items` random train items."""
         cfg, data = self.config, self.config.data
-        tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split), data.items, cfg.seed, "dpo")
+        tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split), data.items, cfg.run.seed, "dpo")
         policy = model_policy(model, tokenizer, data.temperature, cfg.rollout.reuse_kv_cache)
         trajectories = sample_episodes(cfg.env, cfg.rollout, policy, tasks, data.samples_per_item, data.max_turns,
-                                       cfg.seed, "DPO samples")
+                                       cfg.run.seed, "DPO samples")
         save_trajectories(trajectories, self.run_dir / "trajectories" / "samples.jsonl")
         return trajectories
 
@@ -156,16 +153,15 @@ class DPOTrainer:
             trajectories = load_conversations(cfg.data.path, instruction_as_system=cfg.data.instruction_as_system)
             pairs = self.make_pairs(trajectories, repr(cfg.data.path))
         start_run(self.run_dir, cfg)
-        torch.manual_seed(cfg.seed)
-        model, tokenizer = prepare_policy(cfg.model.path, cfg.model.tiny, cfg.env.id, cfg.env.kwargs,
-                                          cfg.model.corpus_episodes, cfg.warmup, cfg.rollout, self.run_dir,
-                                          cfg.seed, self.log)
+        torch.manual_seed(cfg.run.seed)
+        model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, cfg.run.seed,
+                                          self.log)
         model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
         learner = Learner(model, cfg.optim)
         metrics = MetricsLogger(self.run_dir)
         before = after = None
         if cfg.eval.episodes:
-            before = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.seed)
+            before = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
             metrics.log(0, eval_metrics(before))
         if cfg.data.path is None:
             pairs = self.make_pairs(self.sample(model, tokenizer), f"{cfg.data.items} sampled items")
@@ -185,7 +181,7 @@ class DPOTrainer:
         metrics.log(0, {"pairs": len(pairs), "pairs/built": built, "pairs/items": self.pair_stats.items_paired,
                         "pairs/trajectories": len(unique)})
         loss = make_loss(cfg.dpo.beta, cfg.dpo.label_smoothing)
-        rng = random.Random(cfg.seed)
+        rng = random.Random(cfg.run.seed)
         step = 0
         per_epoch = -(-len(pairs) // cfg.dpo.batch_size)
         with tqdm(total=cfg.dpo.epochs * per_epoch, desc="DPO", unit="step") as bar:
@@ -202,7 +198,7 @@ class DPOTrainer:
                     bar.set_postfix(loss=f"{values['loss']:.3f}", acc=f"{values['rewards/accuracy']:.2f}")
         folder = save_checkpoint(learner, tokenizer, self.run_dir / "checkpoints" / "final")
         if cfg.eval.episodes:
-            after = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.seed)
+            after = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
             metrics.log(step, eval_metrics(after))
         metrics.close()
         return {"run_dir": self.run_dir, "model": folder, "pairs": len(pairs), "pair_stats": asdict(self.pair_stats),

@@ -5,32 +5,19 @@ from __future__ import annotations
 
 import copy
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from ..algos import token_entropy
+from ..config import OptimConfig
 from .batch import TokenBatch, micro_batches
 from .packing import block_causal_mask
 
 # loss_fn(batch, outputs) -> (scalar loss, metrics); outputs holds "logprobs" (B, T) and,
 # with a value head, "values" (B, T).
 LossFn = Callable[[TokenBatch, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
-
-
-@dataclass
-class OptimConfig:
-    """Optimizer settings."""
-
-    lr: float = 1e-3
-    """AdamW learning rate (the tiny model wants ~1e-3; 7B models ~1e-6)."""
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this (0 disables)."""
-    micro_batch_size: int = 8
-    """Rows per forward/backward pass; gradients accumulate across micro-batches."""
 
 
 def _shift(per_position: torch.Tensor) -> torch.Tensor:

@@ -25,11 +25,11 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
+from ..config import RFTConfig
 from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
                      save_checkpoint, start_run)
-from .imitation_config import RFTConfig
 from .learner import Learner
 from .run_log import MetricsLogger
 from .setup import check_model_path, prepare_policy
@@ -66,17 +66,16 @@ class RFTTrainer:
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         registry.tasks(config.env.id, config.env.eval_split)
         check_model_path(config.model.path)
-        self.run_dir = config.run_dir
+        self.run_dir = config.run.dir
 
     def fit(self) -> list[dict[str, Any]]:
         """Run every round; returns one record per round (round 0 = the start) with the
         sampled success rate, successes kept, SFT losses and the evaluation summary."""
         cfg, rft = self.config, self.config.rft
         start_run(self.run_dir, cfg)
-        torch.manual_seed(cfg.seed)
-        model, tokenizer = prepare_policy(cfg.model.path, cfg.model.tiny, cfg.env.id, cfg.env.kwargs,
-                                          cfg.model.corpus_episodes, cfg.warmup, cfg.rollout, self.run_dir,
-                                          cfg.seed, self.log)
+        seed = cfg.run.seed
+        torch.manual_seed(seed)
+        model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, seed, self.log)
         model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
         learner = Learner(model, cfg.optim)
         policy = model_policy(model, tokenizer, rft.temperature, cfg.rollout.reuse_kv_cache)
@@ -86,9 +85,9 @@ class RFTTrainer:
         pool: list[Trajectory] = []
         for round_ in range(1, rft.rounds + 1):
             began = time.time()
-            tasks = sample_items(self.train_tasks, rft.items, cfg.seed, f"rft-{round_}")
+            tasks = sample_items(self.train_tasks, rft.items, seed, f"rft-{round_}")
             sampled = sample_episodes(cfg.env, cfg.rollout, policy, tasks, rft.samples_per_item, rft.max_turns,
-                                      cfg.seed, f"RFT round {round_}: sampling")
+                                      seed, f"RFT round {round_}: sampling")
             save_trajectories(sampled, self.run_dir / "trajectories" / f"round_{round_:03d}.jsonl")
             successes = keep_successes(sampled, rft.dedupe)
             pool = pool + successes if rft.keep_previous else successes
@@ -100,8 +99,8 @@ class RFTTrainer:
                                                             cfg.train.batch_size, pack_tokens))
                 with tqdm(total=steps, desc=f"RFT round {round_}: fine-tuning", unit="step") as bar:
                     losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
-                                        seed=cfg.seed * 1000 + round_, progress=bar.update, pack_tokens=pack_tokens,
-                                        lr_schedule=cfg.train.lr_schedule, warmup_steps=cfg.train.lr_warmup_steps)
+                                        seed=seed * 1000 + round_, progress=bar.update, pack_tokens=pack_tokens,
+                                        lr_schedule=cfg.optim.lr_schedule, warmup_steps=cfg.optim.lr_warmup_steps)
             else:
                 self.log(f"round {round_}: no successful episode among {len(sampled)} samples; nothing to "
                          "fine-tune on (start from a model that sometimes succeeds, or raise rft.samples_per_item)")
@@ -128,6 +127,6 @@ class RFTTrainer:
         cfg = self.config
         if not cfg.eval.episodes:
             return None
-        summary = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.seed)
+        summary = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
         metrics.log(round_, eval_metrics(summary))
         return summary

@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import random
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,10 +18,10 @@ import torch
 import yaml
 
 from ..agent.lora import load_lora
-from ..algos import (KL, AlgorithmSpec, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
-                     get_algorithm, kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
+from ..algos import (KL, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
+                     kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
                      ppo_clip_loss, right_token_loss, value_clip_loss)
-from ..config import AlgoConfig, TrainConfig
+from ..config import RLConfig, to_dict
 from ..envs import registry
 from ..errors import UserError
 from ..eval.metrics import summarize
@@ -33,20 +32,6 @@ from .common import maybe_lora
 from .learner import Learner
 from .run_log import MetricsLogger
 from .setup import prepare_policy
-
-
-_ALGO_OVERRIDES = ("clip_eps", "normalize_std", "drop_threshold", "gamma", "lam", "whiten", "kl_coef",
-                   "kl_estimator", "ratio_level", "aggregation", "epochs")
-
-
-def resolve_algorithm(algo: AlgoConfig) -> AlgorithmSpec:
-    """The algorithm's recipe with the config's non-null fields put over its defaults."""
-    try:
-        spec = get_algorithm(algo.name)
-        changes = {k: getattr(algo, k) for k in _ALGO_OVERRIDES if getattr(algo, k) is not None}
-        return dataclasses.replace(spec, **changes)
-    except ValueError as error:
-        raise UserError(f"algo: {error}") from None
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -62,11 +47,11 @@ class RLTrainer:
         log: where progress lines go (print by default).
     """
 
-    def __init__(self, config: TrainConfig, log: Callable[[str], Any] = print):
+    def __init__(self, config: RLConfig, log: Callable[[str], Any] = print):
         self.config = config
         self.log = log
         registry.spec(config.env.id)
-        self.algorithm = resolve_algorithm(config.algo)
+        self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
             self.kl_control = make_kl_controller(config.algo.kl_control, self.algorithm.kl_coef,
@@ -74,15 +59,12 @@ class RLTrainer:
                                                  horizon=config.algo.kl_horizon if adaptive else None)
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
-        try:
-            self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
-        except ValueError as error:
-            raise UserError(f"bad schedule: {error}") from None
+        self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         if config.model.path is not None and not Path(config.model.path, "config.json").is_file():
             raise UserError(f"model path {config.model.path!r} is not a directory with a config.json")
-        self.run_dir = config.run_dir
+        self.run_dir = config.run.dir
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
-        self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.train.validation_episodes]
+        self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.eval.episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
@@ -99,13 +81,12 @@ class RLTrainer:
             self.log(f"no checkpoint in {self.run_dir}; starting from scratch")
         if checkpoint is None:
             if (self.run_dir / "metrics.jsonl").exists():
-                raise UserError(f"run folder {str(self.run_dir)!r} already holds a run; use --resume or a new run_name")
+                raise UserError(f"run folder {str(self.run_dir)!r} already holds a run; use --resume or a new run.name")
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(asdict(cfg), sort_keys=False))
-            torch.manual_seed(cfg.seed)
-            model, tokenizer = prepare_policy(cfg.model.path, cfg.model.tiny, cfg.env.id, cfg.env.kwargs,
-                                              cfg.model.corpus_episodes, cfg.warmup, cfg.rollout, self.run_dir,
-                                              cfg.seed, self.log)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            torch.manual_seed(cfg.run.seed)
+            model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, cfg.run.seed,
+                                              self.log)
             # With LoRA the warmed-up model is the adapter's base (and KL reference); resume needs it.
             model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
             start = 0
@@ -134,7 +115,7 @@ class RLTrainer:
                 self.reference.load_state_dict(state["reference"])
             self.log(f"resumed from {checkpoint} at step {start}")
         self.policy = model_policy(model, tokenizer, cfg.algo.temperature, cfg.rollout.reuse_kv_cache)
-        self.val_policy = model_policy(model, tokenizer, cfg.train.validation_temperature,
+        self.val_policy = model_policy(model, tokenizer, cfg.eval.temperature,
                                        cfg.rollout.reuse_kv_cache)
         self.metrics = MetricsLogger(self.run_dir)
         self.metrics.truncate_after(start)
@@ -148,14 +129,14 @@ class RLTrainer:
         cfg = self.config
         start = self._setup(resume)
         validations = []
-        if start == 0 and cfg.train.validate_every:
+        if start == 0 and cfg.train.validate_every and cfg.eval.episodes:
             validations.append(self.validate(0))
         bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps)
         for step in bar:
             horizon = self.schedule.horizon(step)
             began = time.time()
             trajectories = self.engine.run(self.sample_tasks(step), self.policy, horizon,
-                                           samples=cfg.algo.group_size, seed=cfg.seed)
+                                           samples=cfg.algo.group_size, seed=cfg.run.seed)
             rolled = time.time()
             update_metrics = self.update(trajectories, step)
             stats = summarize(trajectories)
@@ -168,7 +149,7 @@ class RLTrainer:
             bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
             if cfg.train.save_trajectories:
                 save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
-            if cfg.train.validate_every and (step + 1) % cfg.train.validate_every == 0:
+            if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
                 validations.append(self.validate(step + 1))
             if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
                 self.save(step + 1)
@@ -177,7 +158,7 @@ class RLTrainer:
 
     def sample_tasks(self, step: int) -> list:
         """The tasks of a step: a pure function of (seed, step), so resume replays them."""
-        rng = random.Random(f"{self.config.seed}-{step}")
+        rng = random.Random(f"{self.config.run.seed}-{step}")
         return rng.sample(self.train_tasks, self.config.algo.tasks_per_step)
 
     # ---------------------------------------------------------------------------- update
@@ -235,7 +216,7 @@ class RLTrainer:
         batch = {k: v[keep] for k, v in batch.items()}
         if not score_first:
             self._score(batch, beta)
-        rng = torch.Generator().manual_seed(self.config.seed * 100_003 + step)
+        rng = torch.Generator().manual_seed(self.config.run.seed * 100_003 + step)
         weight_by = "tokens" if spec.aggregation == "token-mean" else "sequences"
         skip = ("approx_kl", algo.max_kl) if algo.max_kl > 0 else None
         summed: dict[str, float] = {}
@@ -303,17 +284,22 @@ class RLTrainer:
         """Success on held-out items at the evaluation horizon; logged as val/*."""
         from tqdm import tqdm
 
-        horizon = self.config.train.validation_max_turns or registry.spec(self.config.env.id).max_turns
-        with tqdm(total=len(self.val_tasks), desc=f"validation (step {step})", unit="ep", leave=False) as bar:
-            trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, seed=self.config.seed,
-                                           progress=bar.update)
+        evaluation = self.config.eval
+        horizon = evaluation.max_turns or registry.spec(self.config.env.id).max_turns
+        episodes = len(self.val_tasks) * evaluation.samples
+        with tqdm(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
+            trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
+                                               seed=self.config.run.seed, progress=bar.update)
         stats = summarize(trajectories)
         if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
             save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")
         self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
                                 **{f"val/success/{c}": v for c, v in stats["by_category"].items()}})
         self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items")
-        return {"step": step, **stats, "item_success": {t.item_id: t.success for t in trajectories}}
+        per_item: dict[str, list[bool]] = {}
+        for t in trajectories:
+            per_item.setdefault(t.item_id, []).append(t.success)
+        return {"step": step, **stats, "item_success": {item: sum(s) / len(s) for item, s in per_item.items()}}
 
     def save(self, step: int) -> None:
         folder = self.run_dir / "checkpoints" / f"step_{step:06d}"

@@ -15,14 +15,15 @@ from tqdm import tqdm
 from ..agent.chat import ChatEncoder
 from ..agent.loading import load_model_and_tokenizer
 from ..agent.tiny import build_tiny
+from ..config import EnvConfig, ModelConfig, RolloutConfig, WarmupConfig
 from ..envs import registry
 from ..envs.parsing import drop_thought
 from ..envs.tasks import Task
 from ..errors import UserError
-from ..rollout.engine import RolloutConfig, RolloutEngine
+from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
-from .learner import Learner, OptimConfig
-from .sft import prepare_sft_data, sft_epochs
+from .learner import Learner
+from .sft import plan_batches, prepare_sft_data, sft_epochs
 
 
 EPISODES_PER_PROCESS = 32
@@ -104,10 +105,9 @@ def load_or_build_model(model_path: str | None, tiny_config: Any, corpus: Callab
     return model, tokenizer
 
 
-def prepare_policy(model_path: str | None, tiny_config: Any, env_id: str, env_kwargs: dict, corpus_episodes: int,
-                   warmup: Any, rollout: RolloutConfig, out_dir: Path, seed: int,
-                   log: Any = print) -> tuple[Any, Any]:
-    """Load `model_path`, or build the tiny model, then optionally warm it up with SFT.
+def prepare_policy(model_config: ModelConfig, env: EnvConfig, warmup: WarmupConfig, rollout: RolloutConfig,
+                   out_dir: Path, seed: int, log: Any = print) -> tuple[Any, Any]:
+    """Load `model_config.path`, or build the tiny model, then optionally warm it up with SFT.
 
     The tiny model's tokenizer is trained on the text of expert episodes on training items;
     the same episodes (successful ones) are the warm-up demonstrations. They are played
@@ -116,25 +116,27 @@ def prepare_policy(model_path: str | None, tiny_config: Any, env_id: str, env_kw
     Returns:
         (model, tokenizer); the tiny model and tokenizer are saved under `out_dir/base_model`.
     """
-    need = max(corpus_episodes if model_path is None else 0, warmup.episodes)
+    corpus_episodes = model_config.corpus_episodes
+    need = max(corpus_episodes if model_config.path is None else 0, warmup.episodes)
     demos: list[Trajectory] = []
     if need:
         with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
-            demos = collect_expert(env_id, "train", need, seed=seed, rollout=rollout, env_kwargs=env_kwargs,
+            demos = collect_expert(env.id, env.train_split, need, seed=seed, rollout=rollout, env_kwargs=env.kwargs,
                                    progress=bar.update)
-    model, tokenizer = load_or_build_model(model_path, tiny_config,
+    model, tokenizer = load_or_build_model(model_config.path, model_config.tiny,
                                            lambda: conversation_text(demos[:corpus_episodes]), out_dir, seed, log)
     if warmup.episodes:
         successes = [t for t in demos[:warmup.episodes] if t.success]
         if not warmup.thoughts:
             successes = [without_thoughts(t) for t in successes]
         data, _ = prepare_sft_data(successes, warmup.max_tokens, ChatEncoder(tokenizer))
-        learner = Learner(model, OptimConfig(lr=warmup.lr, micro_batch_size=warmup.batch_size))
-        batches = warmup.epochs * -(-len(data) // warmup.batch_size)
+        learner = Learner(model, warmup.optim)
+        pack_tokens = warmup.pack_tokens if warmup.packing else 0
+        batches = warmup.epochs * len(plan_batches([len(t.input_ids) for t in data], warmup.batch_size, pack_tokens))
         with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
-                                progress=bar.update, lr_schedule=warmup.lr_schedule,
-                                warmup_steps=warmup.lr_warmup_steps)
+                                progress=bar.update, pack_tokens=pack_tokens, lr_schedule=warmup.optim.lr_schedule,
+                                warmup_steps=warmup.optim.lr_warmup_steps)
         log(f"warm-up: {len(data)} expert demonstrations, {warmup.epochs} epochs, "
             f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     return model, tokenizer

@@ -16,12 +16,12 @@ import torch
 from tqdm import tqdm
 
 from ..agent.chat import ChatEncoder
+from ..config import SFTConfig
 from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations, sft_messages
 from ..rollout.trajectory import Trajectory
-from .common import maybe_lora, save_checkpoint, start_run
-from .imitation_config import SFTConfig
+from .common import eval_metrics, evaluate_model, maybe_lora, save_checkpoint, start_run
 from .learner import Learner
 from .run_log import MetricsLogger
 from .setup import check_model_path, collect_expert, conversation_text, load_or_build_model
@@ -52,17 +52,13 @@ class SFTTrainer:
         self.config = config
         self.log = log
         data = config.data
-        if (data.path is None) == (data.env is None):
-            raise UserError("set exactly one of data.path (a conversation file) and data.env (collect "
-                            "demonstrations with that environment's expert)")
-        if data.env is not None:
-            registry.spec(data.env)
-            registry.tasks(data.env, data.split)
+        registry.spec(config.env.id)
+        if data.path is None:
+            registry.tasks(config.env.id, config.env.train_split)
+        if config.eval.episodes:
+            registry.tasks(config.env.id, config.env.eval_split)
         check_model_path(config.model.path)
-        if config.train.packing and config.train.pack_tokens < config.train.max_tokens:
-            raise UserError(f"train.pack_tokens ({config.train.pack_tokens}) must be >= train.max_tokens "
-                            f"({config.train.max_tokens}): a row must fit the longest conversation")
-        self.run_dir = config.run_dir
+        self.run_dir = config.run.dir
 
     def load_data(self) -> tuple[list[Trajectory], str]:
         """The conversations and a description of their source (for messages)."""
@@ -71,12 +67,13 @@ class SFTTrainer:
             conversations = load_conversations(data.path, instruction_as_system=data.instruction_as_system)
             source = repr(data.path)
         else:
-            with tqdm(total=data.episodes, desc=f"expert demonstrations ({data.env})", unit="ep") as bar:
-                conversations = collect_expert(data.env, data.split, data.episodes, seed=self.config.seed,
+            env = self.config.env
+            with tqdm(total=data.episodes, desc=f"expert demonstrations ({env.id})", unit="ep") as bar:
+                conversations = collect_expert(env.id, env.train_split, data.episodes, seed=self.config.run.seed,
                                                max_turns=data.max_turns, rollout=self.config.rollout,
-                                               env_kwargs=data.env_kwargs, progress=bar.update)
+                                               env_kwargs=env.kwargs, progress=bar.update)
             conversations = [t for t in conversations if t.error is None]
-            source = f"{len(conversations)} {data.env} expert episodes"
+            source = f"{len(conversations)} {env.id} expert episodes"
         if data.successes_only:
             successes = [t for t in conversations if t.success]
             if not successes:
@@ -91,14 +88,15 @@ class SFTTrainer:
         return conversations, source
 
     def fit(self) -> dict[str, Any]:
-        """Train; returns {"run_dir", "model", "epoch_losses", "data": SFTDataStats as dict}."""
+        """Train, then evaluate when `eval.episodes` > 0; returns {"run_dir", "model", "epoch_losses",
+        "data": SFTDataStats as dict, "eval": the evaluation summary or None}."""
         cfg = self.config
         conversations, source = self.load_data()
         start_run(self.run_dir, cfg)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.run.seed)
         model, tokenizer = load_or_build_model(
             cfg.model.path, cfg.model.tiny, lambda: conversation_text(conversations[:cfg.model.corpus_episodes]),
-            self.run_dir, cfg.seed, self.log)
+            self.run_dir, cfg.run.seed, self.log)
         data, stats = prepare_sft_data(conversations, cfg.train.max_tokens, ChatEncoder(tokenizer))
         if not data:
             raise no_data_error(source, stats, cfg.train.max_tokens)
@@ -123,12 +121,17 @@ class SFTTrainer:
         per_epoch = len(plan_batches([len(t.input_ids) for t in data], cfg.train.batch_size, pack_tokens))
         with tqdm(total=cfg.train.epochs * per_epoch, desc="SFT", unit="step") as bar:
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
-                                seed=cfg.seed, progress=bar.update, pack_tokens=pack_tokens, on_step=on_step,
-                                on_epoch=on_epoch, lr_schedule=cfg.train.lr_schedule,
-                                warmup_steps=cfg.train.lr_warmup_steps)
+                                seed=cfg.run.seed, progress=bar.update, pack_tokens=pack_tokens, on_step=on_step,
+                                on_epoch=on_epoch, lr_schedule=cfg.optim.lr_schedule,
+                                warmup_steps=cfg.optim.lr_warmup_steps)
         folder = save_checkpoint(learner, tokenizer, self.run_dir / "checkpoints" / "final")
-        metrics.close()
         self.log(f"SFT: {cfg.train.epochs} epochs, {step} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
                  f"{time.time() - began:.0f} s")
-        return {"run_dir": self.run_dir, "model": folder, "epoch_losses": losses, "data": asdict(stats)}
+        summary = None
+        if cfg.eval.episodes:
+            summary = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
+            metrics.log(step, eval_metrics(summary))
+        metrics.close()
+        return {"run_dir": self.run_dir, "model": folder, "epoch_losses": losses, "data": asdict(stats),
+                "eval": summary}
 

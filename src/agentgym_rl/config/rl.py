@@ -1,0 +1,133 @@
+"""The config of an online RL run (`agentgym-rl train`, `agentgym-rl quickstart`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import field
+from typing import Annotated, Literal
+
+from pydantic import Field
+from pydantic.dataclasses import dataclass
+
+from ..algos import AlgorithmSpec, HorizonSchedule, advantage_inputs, get_algorithm
+from .sections import (SECTION, EnvConfig, EvalConfig, ModelConfig, NonNegative, NonNegativeFloat, OptimConfig,
+                       Positive, PositiveFloat, RolloutConfig, RunConfig, WarmupConfig)
+
+_SPEC_FIELDS = ("clip_eps", "normalize_std", "drop_threshold", "gamma", "lam", "whiten", "kl_coef",
+                "kl_estimator", "ratio_level", "aggregation", "epochs")
+"""AlgoConfig fields that, when not null, replace the recipe's value (`AlgoConfig.spec`)."""
+
+
+@dataclass(config=SECTION)
+class AlgoConfig:
+    """The RL algorithm (names as `agentgym-rl algos` prints). Fields left null take the
+    algorithm's own default (`agentgym_rl.algos.presets`)."""
+
+    name: str = "grpo"
+    tasks_per_step: Positive = 8
+    """Distinct tasks per RL step."""
+    group_size: Positive = 8
+    """Samples per task (the group of GRPO, RLOO and LOOP, which need at least 2)."""
+    temperature: PositiveFloat = 1.0
+    """Sampling temperature of the rollouts; the learner scores softmax(logits / temperature),
+    the policy that sampled them."""
+    minibatch_size: Positive = 64
+    """Trajectories per optimizer step."""
+    clip_eps: PositiveFloat | None = None
+    normalize_std: bool | None = None
+    """grpo: divide by the group's standard deviation."""
+    drop_threshold: NonNegativeFloat | None = None
+    """loop: drop rollouts whose |advantage| is below this."""
+    gamma: Annotated[float, Field(ge=0, le=1)] | None = None
+    lam: Annotated[float, Field(ge=0, le=1)] | None = None
+    whiten: bool | None = None
+    kl_coef: NonNegativeFloat | None = None
+    """Weight of the KL to the reference policy (0: no reference is kept)."""
+    kl_estimator: str | None = None
+    kl_control: Literal["fixed", "adaptive"] = "fixed"
+    """"fixed" β, or "adaptive" (Ziegler et al. 2019): β moves to keep the KL near kl_target."""
+    kl_target: PositiveFloat = 0.01
+    kl_horizon: Positive = 10000
+    ratio_level: str | None = None
+    """Importance ratio per "token", "turn" or "trajectory" (LOOP's ablation)."""
+    aggregation: str | None = None
+    epochs: Positive | None = None
+    """Passes over each batch of rollouts."""
+    value_coef: NonNegativeFloat = 0.5
+    """ppo: weight of the value loss."""
+    entropy_coef: NonNegativeFloat = 0.0
+    """Weight of the entropy bonus (0: off)."""
+    max_kl: NonNegativeFloat = 0.0
+    """Skip (and log) an optimizer step whose approximate KL to the sampling policy exceeds
+    this (0: never skip)."""
+    skip_zero_advantage: bool = True
+    """Leave rows whose advantage is zero on every token out of the update when no KL loss
+    or value term needs them: they add nothing to the policy gradient, only compute (as in
+    DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
+    invalid_turn_penalty: NonNegativeFloat | None = None
+    """null: every turn shares its trajectory's advantage A. A number p >= 0: a turn whose
+    action the environment rejected gets min(A, 0) instead (such an action changed nothing,
+    so a good outcome cannot credit it) from the token where its action first left every
+    available action, and that token gets a further -p (`algos.discredit_turns`,
+    `algos.penalize_tokens`)."""
+    right_token_coef: NonNegativeFloat = 0.0
+    """Weight of `algos.right_token_loss`: at the token where a rejected reply left every
+    available action, raise the total probability of the tokens that would have continued
+    one (0: off; never at the action's first token, `envs.parsing.right_next_tokens`). Like
+    the penalty above, it needs the wrong tokens located."""
+    recompute_old_logprobs: bool = True
+    """Score the rollouts with the learner before updating, instead of trusting the
+    generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
+
+    def __post_init__(self) -> None:
+        spec = self.spec()  # an unknown name or a value the recipe cannot take fails here
+        if "group_ids" in advantage_inputs(spec.advantage)[0] and self.group_size < 2:
+            raise ValueError(f"group_size must be >= 2 for {self.name}: its advantage compares the samples of "
+                             f"a task, and a group of {self.group_size} has nothing to compare (no update at all)")
+
+    def spec(self) -> AlgorithmSpec:
+        """The algorithm's recipe with this config's non-null fields put over its defaults."""
+        changes = {k: getattr(self, k) for k in _SPEC_FIELDS if getattr(self, k) is not None}
+        return dataclasses.replace(get_algorithm(self.name), **changes)
+
+
+@dataclass(config=SECTION)
+class ScheduleConfig:
+    """ScalingInter-RL horizon schedule: `horizons[i]` turns during stage i."""
+
+    kind: str = "stepwise"
+    horizons: list[Positive] = field(default_factory=lambda: [6, 13, 20])
+    every: Positive = 100
+
+    def __post_init__(self) -> None:
+        HorizonSchedule(self.kind, tuple(self.horizons), self.every)  # an unknown kind fails here
+
+
+@dataclass(config=SECTION)
+class TrainLoopConfig:
+    """Length of training and how often to validate, log and save."""
+
+    steps: Positive = 300
+    validate_every: NonNegative = 50
+    """Evaluate on held-out items (the `eval` section) every k steps, and before the first
+    (0 disables)."""
+    save_every: Positive = 100
+    save_trajectories: bool = True
+    """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
+
+
+@dataclass(config=SECTION)
+class RLConfig:
+    """A whole RL run."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=30))
+    """Validation during training, on the first `episodes` items of `env.eval_split`."""

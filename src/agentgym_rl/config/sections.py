@@ -1,0 +1,203 @@
+"""The config sections every command shares: run, env, model, rollout, optim, fine-tuning,
+evaluation and sampling.
+
+Each section is a pydantic dataclass: its fields are typed and bounded, so a bad value is
+refused when the config is built (from YAML, from overrides, or in Python), before any work.
+A field's docstring is its documentation (pydantic reads it as the field's description).
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass
+
+SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+"""Every section refuses keys it does not define and documents its fields by their docstrings."""
+
+Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+NonNegativeFloat = Annotated[float, Field(ge=0)]
+
+
+@dataclass(config=SECTION)
+class RunConfig:
+    """Where a run's folder is and how it is seeded."""
+
+    name: str = "run"
+    """The run folder's name under `output_dir`."""
+    output_dir: str = "runs"
+    seed: int = 0
+    """Seeds the model's initialisation, the tasks each step samples and every reset."""
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.output_dir) / self.name
+
+
+@dataclass(config=SECTION)
+class EnvConfig:
+    """Which environment and splits."""
+
+    id: str = "babyai"
+    train_split: str = "train"
+    eval_split: str = "test"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
+    invalid_action_penalty: NonNegativeFloat = 0.0
+    """RL training only: subtract this from the reward of each step the environment marks
+    invalid (`envs.wrappers.InvalidActionPenalty`). Validation and evaluation keep the
+    environment's own reward."""
+
+
+@dataclass(config=SECTION)
+class TinyModelConfig:
+    """Shape of the tiny model (Qwen2 architecture). The defaults give about 1M parameters."""
+
+    vocab_size: Annotated[int, Field(ge=300)] = 1024
+    """Byte-level BPE vocabulary size (including 256 byte tokens and specials)."""
+    hidden_size: Positive = 128
+    num_layers: Positive = 4
+    num_heads: Positive = 4
+    num_kv_heads: Positive = 4
+    """Equal to `num_heads` by default: with fewer, transformers' `repeat_kv` copies the whole
+    KV cache every decoding step, a third of the tiny model's evaluation time on a CPU."""
+    intermediate_size: Positive = 384
+    max_positions: Positive = 4096
+    """Longest token sequence (a whole multi-turn trajectory)."""
+
+    def __post_init__(self) -> None:
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must be a multiple of num_heads ({self.num_heads}), "
+                             f"and num_heads a multiple of num_kv_heads ({self.num_kv_heads})")
+
+
+@dataclass(config=SECTION)
+class ModelConfig:
+    """The policy model."""
+
+    path: str | None = None
+    """A local Hugging Face model folder; null builds the tiny offline model."""
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    """Shape of the tiny model (used when `path` is null)."""
+    corpus_episodes: Positive = 200
+    """Expert episodes whose text trains the tiny model's tokenizer."""
+    lora_rank: NonNegative = 0
+    """Train a LoRA adapter of this rank (0: all weights). With LoRA the KL or DPO reference is
+    the base model with the adapter off, so no second copy is kept."""
+    lora_alpha: Positive = 16
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    lora_targets: list[str] = field(default_factory=list)
+    """Module names to adapt; empty adapts every linear layer but the output head."""
+
+
+@dataclass(config=SECTION)
+class RolloutConfig:
+    """How episodes are run."""
+
+    max_new_tokens: Positive = 48
+    """Token limit of one reply."""
+    max_context: Positive = 4096
+    """Token limit of a whole episode; an episode that would exceed it is truncated."""
+    env_workers: Positive = 4
+    """Threads stepping environments (helps envs that wait on I/O: HTTP, JVM, browser)."""
+    expert_processes: NonNegative = 0
+    """Processes that play a scripted expert's episodes (0: one per CPU core). A pure-Python
+    expert holds the GIL, so threads cannot spread it over cores; processes can."""
+    system_prompt: bool = True
+    """Open each conversation with the environment's instruction as a system message."""
+    max_envs: NonNegative = 0
+    """Most environments alive at once (0: the environment's own limit, else all episodes).
+    Heavy environments (a SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
+    reuse_kv_cache: bool = True
+    """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
+    of the next turn (off trades speed for memory)."""
+    locate_wrong_tokens: bool = False
+    """With a model policy, ask the environment for its available actions before each step and,
+    when it rejects a reply, record the token where the reply's action first left all of them
+    (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
+    (`Trajectory.right_tokens`). The RL trainer turns this on for `algo.invalid_turn_penalty`
+    and `algo.right_token_coef`."""
+
+
+@dataclass(config=SECTION)
+class OptimConfig:
+    """The optimizer (AdamW) and its learning-rate schedule."""
+
+    lr: PositiveFloat = 1e-3
+    """AdamW learning rate (the tiny model wants ~1e-3; 7B models ~1e-6)."""
+    weight_decay: NonNegativeFloat = 0.0
+    grad_clip: NonNegativeFloat = 1.0
+    """Clip the global gradient norm to this (0 disables)."""
+    micro_batch_size: Positive = 8
+    """Rows per forward/backward pass; gradients accumulate across micro-batches."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """"constant", or "cosine": decay to 0 over the steps of one fine-tuning call (each RFT
+    round decays anew). The RL trainer keeps the rate constant."""
+    lr_warmup_steps: NonNegative = 0
+    """Steps of linear learning-rate warm-up from 0 (fine-tuning)."""
+
+
+@dataclass(config=SECTION)
+class FinetuneConfig:
+    """Supervised passes over conversations (SFT, the warm-up, RFT's fine-tuning)."""
+
+    epochs: Positive = 3
+    batch_size: Positive = 16
+    """Conversations per optimizer step; with packing, packed rows per optimizer step."""
+    max_tokens: Positive = 4096
+    """Leave out conversations longer than this (attention cost grows with length²)."""
+    packing: bool = False
+    """Pack several conversations into one row of at most `pack_tokens` tokens, with
+    attention that stays inside each conversation (block-diagonal causal mask)."""
+    pack_tokens: Positive = 2048
+
+    def __post_init__(self) -> None:
+        if self.packing and self.pack_tokens < self.max_tokens:
+            raise ValueError(f"pack_tokens ({self.pack_tokens}) must be >= max_tokens ({self.max_tokens}): "
+                             "a row must fit the longest conversation")
+
+
+@dataclass(config=SECTION)
+class WarmupConfig(FinetuneConfig):
+    """Supervised warm-up on expert demonstrations before RL, DPO or RFT (0 episodes = none);
+    only the tiny model (`model.path: null`) or a local model is warmed up."""
+
+    episodes: NonNegative = 0
+    """Expert episodes on training items; the successful ones are the demonstrations."""
+    thoughts: bool = True
+    """Keep the demonstrations' ReAct thoughts. False trains replies of the `Action:` line alone:
+    a templated thought (BabyAI's) adds no information but doubles the tokens generated per turn."""
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=2e-3, lr_schedule="cosine"))
+    """The warm-up's own optimizer: the learning rate that suits imitation is not RL's. On a
+    constant 4e-3 the tiny model's loss stopped falling at ~0.31 (format learnt, observations
+    ignored); a cosine decay did not stop."""
+
+
+@dataclass(config=SECTION)
+class EvalConfig:
+    """Evaluation on the first `episodes` items of `env.eval_split` (0 = none)."""
+
+    episodes: NonNegative = 90
+    samples: Positive = 1
+    """Episodes per item: Avg@n over them, Pass@k with k = samples."""
+    max_turns: Positive | None = None
+    """Turn limit (null: the environment's evaluation limit, BabyAI 20)."""
+    temperature: NonNegativeFloat = 0.0
+    """Sampling temperature of a model policy (0 = greedy: no sampling noise in the estimate)."""
+
+
+@dataclass(config=SECTION)
+class SampleConfig:
+    """Sampling with the current policy: `samples_per_item` episodes on each of `items`
+    training items drawn at random (seeded)."""
+
+    items: Positive = 64
+    samples_per_item: Positive = 4
+    temperature: NonNegativeFloat = 1.0
+    max_turns: Positive | None = None
+    """Turn limit of sampled episodes (null: the environment's)."""
