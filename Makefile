@@ -16,16 +16,19 @@ $(BIN)/python:
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(PIP) "$(TORCH)"
 	$(PIP) -e ".[test]"
-	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest"
+	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest, importlinter"
 	touch $@
 
 demo: $(VENV)/.installed
 	$(BIN)/agentgym-rl quickstart
 
+# lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md).
 test: $(VENV)/.installed
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 test-fast: $(VENV)/.installed
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(VENV)/.installed

@@ -30,7 +30,7 @@ from .masked import (
     turn_ids_from_mask,
 )
 from .preference import dpo_loss, sequence_logprob
-from .presets import ALGORITHMS, AlgorithmSpec, get_algorithm
+from .presets import ALGORITHMS, AlgorithmSpec, algorithm_names, get_algorithm
 from .registry import (
     ADVANTAGE,
     ADVANTAGE_FIELDS,
@@ -39,7 +39,6 @@ from .registry import (
     SCHEDULE,
     AdvantageOutput,
     advantage_inputs,
-    algorithm_names,
     compute_advantages,
     lookup,
     register_advantage,

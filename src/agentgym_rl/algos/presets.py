@@ -141,3 +141,12 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType({spec.name: spec for 
 def get_algorithm(name: str) -> AlgorithmSpec:
     """`ALGORITHMS[name]`, or a ValueError listing the valid names."""
     return lookup(dict(ALGORITHMS), name, "algorithm")
+
+
+def algorithm_names() -> list[str]:
+    """Names of the RL algorithms, for the CLI (`agentgym-rl algos`, `algo.name`).
+
+    These are the keys of `ALGORITHMS` (grpo, loop, ppo, reinforce++, rloo), not of
+    `ADVANTAGE`: an algorithm names its advantage estimator, and ppo's is "gae".
+    """
+    return sorted(ALGORITHMS)

@@ -266,14 +266,3 @@ def compute_advantages(name: str, fields: Mapping[str, Tensor | None], **hparams
                          f"its hyper-parameters: {', '.join(accepted) or 'none'}")
     inputs = {f: fields[f] for f in required + optional if fields.get(f) is not None}
     return fn(**inputs, **hparams)
-
-
-def algorithm_names() -> list[str]:
-    """Names of the RL algorithms, for the CLI (`agentgym-rl algos`, `--algo`).
-
-    These are the keys of `presets.ALGORITHMS` (grpo, loop, ppo, reinforce++, rloo),
-    not of `ADVANTAGE`: an algorithm names its advantage estimator, and ppo's is "gae".
-    """
-    from .presets import ALGORITHMS  # presets imports this module
-
-    return sorted(ALGORITHMS)

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..train.run_log import read_metrics
+from ..runs import read_metrics
 
 
 def validation_curve(run_dir: str | Path) -> dict[int, float]:

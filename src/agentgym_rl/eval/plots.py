@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..train.run_log import read_metrics
+from ..runs import read_metrics
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:

@@ -7,10 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..agent.lora import apply_lora
-from ..config import EnvConfig, EvalConfig, RolloutConfig, to_dict
+from ..config import EnvConfig, EvalConfig, RolloutConfig
 from ..envs import registry
 from ..envs.tasks import Task
 from ..errors import UserError
@@ -18,14 +16,6 @@ from ..eval.evaluate import evaluate
 from ..rollout.engine import ModelPolicy, RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory
 from .learner import Learner
-
-
-def start_run(run_dir: Path, config: Any) -> None:
-    """Create the run folder and write `config.yaml`; refuse a folder that holds a run."""
-    if (run_dir / "metrics.jsonl").exists():
-        raise UserError(f"run folder {str(run_dir)!r} already holds a run; choose a new run.name")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
 
 
 def maybe_lora(model: Any, model_config: Any, run_dir: Path, tokenizer: Any) -> Any:

@@ -8,7 +8,8 @@ from typing import Any, Callable
 from ..config import RLConfig, load_config
 from ..errors import UserError
 from ..eval.compare import format_comparison, plot_comparison, summarize_runs
-from .rl import RLTrainer, latest_checkpoint
+from ..runs import checkpoint_step, latest_checkpoint
+from .rl import RLTrainer
 
 
 def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], out_dir: Path,
@@ -37,7 +38,7 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
         runs.setdefault(label, []).append(config.run.dir)
         episodes = config.eval.episodes
         last = latest_checkpoint(config.run.dir)
-        if last is not None and int(last.name.split("_")[-1]) >= config.train.steps:
+        if last is not None and checkpoint_step(last) >= config.train.steps:
             log(f"{config.run.dir}: already complete, not retrained")
             continue
         log(f"training {config.run.dir} ({config.algo.name}, seed {config.run.seed})")

@@ -37,12 +37,12 @@ from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations
 from ..rollout.trajectory import Trajectory, save_trajectories
+from ..runs import MetricsLogger, start_run
 from .batch import TokenBatch, collate
 from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
-                     save_checkpoint, start_run)
+                     save_checkpoint)
 from .learner import Learner, is_lora
 from .pairs import PairStats, build_pairs
-from .run_log import MetricsLogger
 from .setup import check_model_path, prepare_policy
 from .sft import prepare_sft_data
 

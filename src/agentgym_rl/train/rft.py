@@ -28,10 +28,10 @@ from tqdm import tqdm
 from ..config import RFTConfig
 from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
+from ..runs import MetricsLogger, start_run
 from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
-                     save_checkpoint, start_run)
+                     save_checkpoint)
 from .learner import Learner
-from .run_log import MetricsLogger
 from .setup import check_model_path, prepare_policy
 from .sft import plan_batches, prepare_sft_data, sft_epochs
 

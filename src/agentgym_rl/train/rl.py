@@ -15,28 +15,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import yaml
 
 from ..agent.lora import load_lora
 from ..algos import (KL, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
                      kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
                      ppo_clip_loss, right_token_loss, value_clip_loss)
-from ..config import RLConfig, to_dict
+from ..config import RLConfig
 from ..envs import registry
 from ..errors import UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory, save_trajectories
+from ..runs import MetricsLogger, latest_checkpoint, start_run
 from .batch import TokenBatch, collate, right_token_positions
 from .common import maybe_lora
 from .learner import Learner
-from .run_log import MetricsLogger
 from .setup import prepare_policy
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    checkpoints = sorted((run_dir / "checkpoints").glob("step_*"))
-    return checkpoints[-1] if checkpoints else None
 
 
 class RLTrainer:
@@ -80,10 +74,7 @@ class RLTrainer:
         if resume and checkpoint is None:
             self.log(f"no checkpoint in {self.run_dir}; starting from scratch")
         if checkpoint is None:
-            if (self.run_dir / "metrics.jsonl").exists():
-                raise UserError(f"run folder {str(self.run_dir)!r} already holds a run; use --resume or a new run.name")
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+            start_run(self.run_dir, cfg, hint="use --resume or a new run.name")
             torch.manual_seed(cfg.run.seed)
             model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, cfg.run.seed,
                                               self.log)

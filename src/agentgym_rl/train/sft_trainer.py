@@ -21,9 +21,9 @@ from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations, sft_messages
 from ..rollout.trajectory import Trajectory
-from .common import eval_metrics, evaluate_model, maybe_lora, save_checkpoint, start_run
+from ..runs import MetricsLogger, start_run
+from .common import eval_metrics, evaluate_model, maybe_lora, save_checkpoint
 from .learner import Learner
-from .run_log import MetricsLogger
 from .setup import check_model_path, collect_expert, conversation_text, load_or_build_model
 from .sft import SFTDataStats, plan_batches, prepare_sft_data, sft_epochs
 

@@ -1,0 +1,121 @@
+"""A run is a folder: its layout, its writers and its readers.
+
+```
+<run.output_dir>/<run.name>/
+  config.yaml        the resolved config (loads back with `read_config`)
+  metrics.jsonl      one JSON line per step (`MetricsLogger`, `read_metrics`)
+  tensorboard/       the same scalars for TensorBoard
+  trajectories/      step_000001.jsonl ... rollouts of each RL step
+  validation/        step_000000.jsonl ... episodes of each validation
+  checkpoints/       step_000044/ (RL), round_001/ (RFT), final/ (SFT, DPO): model/ is an HF folder
+  base_model/        the tiny model and tokenizer as built
+  report/            plots and summaries
+```
+
+Trainers write here; evaluation, comparison, plots and resume read here, so reading a run never
+imports a trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from .config import load_config, to_dict
+from .errors import UserError
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+
+C = TypeVar("C")
+
+
+def holds_run(run_dir: str | Path) -> bool:
+    """Whether a run has already started in `run_dir` (it logged metrics)."""
+    return (Path(run_dir) / METRICS).exists()
+
+
+def start_run(run_dir: str | Path, config: Any, hint: str = "choose a new run.name") -> None:
+    """Create the run folder and write `config.yaml`; refuse a folder that holds a run."""
+    run_dir = Path(run_dir)
+    if holds_run(run_dir):
+        raise UserError(f"run folder {str(run_dir)!r} already holds a run; {hint}")
+    write_config(run_dir, config)
+
+
+def write_config(run_dir: str | Path, config: Any) -> None:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def read_config(run_dir: str | Path, cls: type[C]) -> C:
+    """The config a run was started with, as `cls`."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
+    return load_config(cls, path)
+
+
+def checkpoints(run_dir: str | Path, prefix: str = "step_") -> list[Path]:
+    """The run's checkpoint folders named `<prefix>N`, oldest first."""
+    return sorted((Path(run_dir) / "checkpoints").glob(f"{prefix}*"))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def checkpoint_step(folder: Path) -> int:
+    """12 for `.../step_000012`."""
+    return int(folder.name.rsplit("_", 1)[-1])
+
+
+class MetricsLogger:
+    """Appends `{"step": s, **metrics}` lines; scalar metrics also go to TensorBoard.
+
+    Args:
+        run_dir: the run folder; writes `metrics.jsonl` and `tensorboard/` in it.
+        tensorboard: set False to skip TensorBoard (e.g. in short-lived evaluations).
+    """
+
+    def __init__(self, run_dir: str | Path, tensorboard: bool = True):
+        self.path = Path(run_dir) / METRICS
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(key, value, step)
+            self.writer.flush()
+
+    def truncate_after(self, step: int) -> None:
+        """Drop lines logged after `step` (a resumed run re-logs them)."""
+        if not self.path.exists():
+            return
+        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [line for line in lines if json.loads(line)["step"] <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
