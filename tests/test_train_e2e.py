@@ -47,10 +47,25 @@ def test_train_writes_a_complete_run_folder(tmp_path):
         validated = load_trajectories(run_dir / "validation" / f"step_{row['step']:06d}.jsonl")
         assert len(validated) == 2 and sum(t.success for t in validated) / 2 == row["val/success"]
     assert list((run_dir / "tensorboard").iterdir())
-    # A checkpoint is a model folder that eval can load.
-    result = run("eval", "--env", "babyai", "--policy", str(run_dir / "checkpoints" / "step_000004" / "model"),
-                 "--episodes", "2", "--max-turns", "2")
+    # A checkpoint is a model folder that eval can load, and it brings its run's env settings
+    # (babyai_grpo.yaml trains without the action list in observations).
+    played = run_dir / "played.jsonl"
+    result = run("eval", "--policy", str(run_dir / "checkpoints" / "step_000004" / "model"),
+                 "--episodes", "2", "--max-turns", "2", "--trajectories", str(played))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "settings of run" in result.stderr and "'list_actions': False" in result.stderr
+    assert all("Available actions" not in t.messages[0]["content"] for t in load_trajectories(played))
+    # A flag overrides the run's setting.
+    result = run("eval", "--policy", str(run_dir / "checkpoints" / "step_000004" / "model"), "--episodes", "1",
+                 "--max-turns", "1", "--env-arg", "list_actions=true", "--trajectories", str(played))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Available actions" in load_trajectories(played)[0].messages[0]["content"]
+    # `eval --run` plays the newest checkpoint with the run's eval section: 2 items, greedy.
+    result = run("eval", "--run", str(run_dir), "--json", str(run_dir / "eval.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((run_dir / "eval.json").read_text())
+    assert summary["episodes"] == 2 and summary["temperature"] == 0.0
+    assert summary["policy"] == str(run_dir / "checkpoints" / "step_000004" / "model")
 
 
 ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]

@@ -33,40 +33,108 @@ def algos() -> None:
         typer.echo(name)
 
 
+# ---------------------------------------------------------------- eval and collect
+# Their flags are overrides of one config, `PlayConfig` (env, rollout, eval, run.seed): each flag
+# sets the key FLAG_KEYS names, after the settings of the run a model comes from.
+
+FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval.episodes",
+             "--samples": "eval.samples", "--max-turns": "eval.max_turns", "--temperature": "eval.temperature",
+             "--max-new-tokens": "rollout.max_new_tokens", "--seed": "run.seed",
+             "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache"}
+
+POLICY = typer.Option(None, help="'expert', 'random', or a local model folder (a run's checkpoint brings its "
+                      "run's env and rollout settings).")
+ENV = typer.Option(None, help="Environment id (see `agentgym-rl envs`): env.id.")
+EPISODES = typer.Option(None, help="First N items of the split (eval.episodes; default: all).")
+SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
+MAX_TURNS = typer.Option(None, help="Turn limit (eval.max_turns; default: the environment's).")
+TEMPERATURE = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy (eval.temperature; "
+                           "default 1).")
+MAX_NEW_TOKENS = typer.Option(None, help="Token limit of one reply of a model policy (rollout.max_new_tokens; "
+                              "default 48, the quickstart's 12).")
+SEED = typer.Option(None, help="Seed of resets and the random policy (run.seed).")
+ENV_ARG = typer.Option(None, help="Environment argument key=value, repeatable (env.kwargs.KEY), e.g. "
+                       "list_actions=false.")
+SYSTEM_PROMPT = typer.Option(None, "--system-prompt/--no-system-prompt", help="Open conversations with the "
+                             "environment's instruction (rollout.system_prompt; default: off, or as the run).")
+OVERRIDES = typer.Argument(None, help="Other key.sub=value overrides of the env, rollout, eval and run sections.")
+
+
+def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_args: Optional[List[str]],
+                 overrides: Optional[List[str]]):
+    """The `PlayConfig` of an `eval` or `collect` call, and the policy to play.
+
+    Settings are layered: defaults; the run's env, rollout and eval sections with `--run`, or the
+    env and rollout sections of the run a checkpoint `--policy` was saved in (how the model
+    saw the environment in training); the flags; then the `key=value` overrides.
+    """
+    from .config import PlayConfig, apply_override, from_dict, set_key
+    from .runs import latest_model, played_settings, run_of
+
+    data: dict = {}
+    source = run or (run_of(policy) if policy not in (None, "expert", "random") else None)
+    if source is not None:
+        settings = played_settings(source)
+        data = settings if run is not None else {k: settings[k] for k in ("env", "rollout") if k in settings}
+        env, rollout = data.get("env", {}), data.get("rollout", {})
+        typer.echo(f"settings of run {source}: env {env.get('id')} {env.get('kwargs', {})}, system_prompt "
+                   f"{rollout.get('system_prompt')}, max_new_tokens {rollout.get('max_new_tokens')}", err=True)
+    if policy is None:
+        if run is None:
+            raise UserError("give --policy (expert, random or a model folder) or --run (a run folder)")
+        policy = str(latest_model(run))
+    if flags.get("--episodes") is not None and flags["--episodes"] < 1:
+        raise UserError(f"--episodes must be >= 1, got {flags['--episodes']}")
+    env_id = flags.get("--env")
+    if env_id is not None and env_id != data.get("env", {}).get("id", env_id):
+        data["env"].pop("kwargs", None)  # another environment's constructor arguments do not apply
+    for flag, value in flags.items():
+        if value is not None:
+            set_key(data, FLAG_KEYS[flag], value)
+    for item in env_args or []:
+        apply_override(data, f"env.kwargs.{item}")
+    for item in overrides or []:
+        apply_override(data, item)
+    try:
+        return from_dict(PlayConfig, data), policy
+    except UserError as error:
+        message = str(error)
+        for flag, key in FLAG_KEYS.items():
+            message = message.replace(f"config key '{key}'", f"{flag} ({key})")
+        raise UserError(message) from None
+
+
 @app.command("eval")
 def eval_command(
-    env: str = typer.Option(..., help="Environment id (see `agentgym-rl envs`)."),
-    policy: str = typer.Option(..., help="'expert', 'random', or a local model folder."),
-    split: str = typer.Option("test", help="train or test."),
-    episodes: Optional[int] = typer.Option(None, help="First N items of the split (default: all)."),
-    samples: int = typer.Option(1, help="Samples per item (Avg@n over them, Pass@k with k = samples)."),
-    max_turns: Optional[int] = typer.Option(None, help="Turn limit (default: the environment's)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature of a model policy (0 = greedy)."),
-    max_new_tokens: int = typer.Option(48, min=1, help="Token limit of one reply of a model policy (the quickstart "
-                                       "trains and validates with 12)."),
-    seed: int = typer.Option(0, help="Seed of resets and the random policy."),
+    overrides: Optional[List[str]] = OVERRIDES,
+    run: Optional[Path] = typer.Option(None, help="A run folder: evaluate its newest checkpoint with the run's "
+                                       "own env, rollout and eval settings (flags still override)."),
+    policy: Optional[str] = POLICY,
+    env: Optional[str] = ENV,
+    split: Optional[str] = typer.Option(None, help="train or test (env.eval_split; default test)."),
+    episodes: Optional[int] = EPISODES,
+    samples: Optional[int] = SAMPLES,
+    max_turns: Optional[int] = MAX_TURNS,
+    temperature: Optional[float] = TEMPERATURE,
+    max_new_tokens: Optional[int] = MAX_NEW_TOKENS,
+    seed: Optional[int] = SEED,
+    env_arg: Optional[List[str]] = ENV_ARG,
+    system_prompt: Optional[bool] = SYSTEM_PROMPT,
+    reuse_kv_cache: Optional[bool] = typer.Option(None, "--reuse-kv-cache/--no-reuse-kv-cache", help="Keep "
+                                                  "each turn's KV cache for the next turn (rollout.reuse_kv_cache; "
+                                                  "off only to compare speed or save memory)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     trajectories: Optional[Path] = typer.Option(None, help="Write the episodes as JSONL here."),
-    env_arg: Optional[List[str]] = typer.Option(None, help="Environment argument key=value (repeatable), "
-                                                "e.g. list_actions=false for a quickstart model."),
-    system_prompt: bool = typer.Option(False, help="Open conversations with the environment's instruction "
-                                       "(as the model was trained: the quickstart does not)."),
-    reuse_kv_cache: bool = typer.Option(True, help="Keep each turn's KV cache for the next turn "
-                                        "(prefix caching; off only to compare speed or save memory)."),
 ) -> None:
     """Evaluate a policy: Avg@n and Pass@k, overall and per category."""
-    from .config import apply_override
-    from .eval.evaluate import evaluate, format_table
-    from .config import RolloutConfig
+    from .eval.evaluate import evaluate_played, format_table
     from .rollout.trajectory import save_trajectories
 
-    env_kwargs: dict = {}
-    for item in env_arg or []:
-        apply_override(env_kwargs, item)
-    summary, episodes_run = evaluate(env, policy, split, episodes, samples, max_turns, temperature, seed,
-                                     RolloutConfig(max_new_tokens=max_new_tokens, system_prompt=system_prompt,
-                                                   reuse_kv_cache=reuse_kv_cache),
-                                     env_kwargs=env_kwargs)
+    config, policy = _play_config(policy, run, {
+        "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
+        "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
+        "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache}, env_arg, overrides)
+    summary, episodes_run = evaluate_played(config, policy)
     typer.echo(format_table(summary))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -128,35 +196,31 @@ def compare(
 
 @app.command()
 def collect(
-    env: str = typer.Option(..., help="Environment id (see `agentgym-rl envs`)."),
-    policy: str = typer.Option(..., help="'expert', 'random', or a local model folder."),
+    overrides: Optional[List[str]] = OVERRIDES,
     out: Path = typer.Option(..., help="JSONL file to write."),
-    split: str = typer.Option("train", help="train or test."),
-    episodes: Optional[int] = typer.Option(None, help="First N items of the split (default: all)."),
-    samples: int = typer.Option(1, help="Episodes per item (several give DPO pairs)."),
+    policy: Optional[str] = POLICY,
+    env: Optional[str] = ENV,
+    split: str = typer.Option("train", help="train or test (env.eval_split)."),
+    episodes: Optional[int] = EPISODES,
+    samples: Optional[int] = typer.Option(None, help="Episodes per item, several give DPO pairs (eval.samples)."),
     fmt: str = typer.Option("agenttraj", "--format", help="agenttraj (AgentGym's SFT records), chat "
                             "({\"messages\": ...}) or trajectory (our records with token ids)."),
     successes_only: bool = typer.Option(False, help="Write only the episodes that succeeded."),
-    max_turns: Optional[int] = typer.Option(None, help="Turn limit (default: the environment's)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature of a model policy (0 = greedy)."),
-    max_new_tokens: int = typer.Option(48, min=1, help="Token limit of one reply of a model policy (the quickstart "
-                                       "trains and validates with 12)."),
-    seed: int = typer.Option(0, help="Seed of resets and the random policy."),
-    env_arg: Optional[List[str]] = typer.Option(None, help="Environment argument key=value (repeatable), "
-                                                "e.g. list_actions=false."),
-    system_prompt: bool = typer.Option(False, help="Open conversations with the environment's instruction "
-                                       "(train and evaluate with the same choice)."),
+    max_turns: Optional[int] = MAX_TURNS,
+    temperature: Optional[float] = TEMPERATURE,
+    max_new_tokens: Optional[int] = MAX_NEW_TOKENS,
+    seed: Optional[int] = SEED,
+    env_arg: Optional[List[str]] = ENV_ARG,
+    system_prompt: Optional[bool] = SYSTEM_PROMPT,
 ) -> None:
     """Play a policy through the rollout engine and write its episodes (e.g. expert demonstrations)."""
-    from .config import RolloutConfig, apply_override
     from .train.collect import collect as collect_episodes
 
-    env_kwargs: dict = {}
-    for item in env_arg or []:
-        apply_override(env_kwargs, item)
-    result = collect_episodes(env, policy, out, split, episodes, samples, max_turns, temperature, seed, fmt,
-                              successes_only, RolloutConfig(max_new_tokens=max_new_tokens, system_prompt=system_prompt),
-                              env_kwargs)
+    config, policy = _play_config(policy, None, {
+        "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
+        "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
+        "--system-prompt": system_prompt}, env_arg, overrides)
+    result = collect_episodes(config, policy, out, fmt, successes_only)
     summary = result.summary
     dropped = []
     if result.dropped_failures:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from .config import load_config, to_dict
+from .config import PLAYED_SECTIONS, load_config, load_yaml, to_dict
 from .errors import UserError
 
 CONFIG = "config.yaml"
@@ -58,6 +58,37 @@ def read_config(run_dir: str | Path, cls: type[C]) -> C:
     if not path.is_file():
         raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
     return load_config(cls, path)
+
+
+def played_settings(run_dir: str | Path) -> dict[str, Any]:
+    """The sections of a run's config that say how its policy saw and played the environment
+    (env, rollout, eval) and its seed, as plain data: the base of `eval --run`."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
+    data = load_yaml(path)
+    seed = data.get("run", {}).get("seed", data.get("seed", 0))  # runs before the run section: top-level seed
+    return {**{k: data[k] for k in PLAYED_SECTIONS if k in data}, "run": {"seed": seed}}
+
+
+def run_of(model_dir: str | Path) -> Path | None:
+    """The run folder a checkpoint's model folder belongs to (`<run>/checkpoints/<name>/model`), or None."""
+    path = Path(model_dir).resolve()
+    run_dir = path.parents[2] if len(path.parents) > 2 else None
+    if path.name == "model" and path.parent.parent.name == "checkpoints" and (run_dir / CONFIG).is_file():
+        return run_dir
+    return None
+
+
+def latest_model(run_dir: str | Path) -> Path:
+    """The model folder of a run's newest checkpoint: `final/` (SFT, DPO), else the highest
+    `step_N/` (RL) or `round_N/` (RFT)."""
+    folder = Path(run_dir) / "checkpoints"
+    found = ([folder / "final"] if (folder / "final" / "model").is_dir() else
+             checkpoints(run_dir) or checkpoints(run_dir, "round_"))
+    if not found:
+        raise UserError(f"run folder {str(run_dir)!r} has no checkpoint yet")
+    return found[-1] / "model"
 
 
 def checkpoints(run_dir: str | Path, prefix: str = "step_") -> list[Path]:

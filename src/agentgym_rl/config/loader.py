@@ -73,12 +73,17 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         raise UserError(f"override {override!r}: the value is not valid YAML") from None
-    parts = key.strip().split(".")
+    set_key(data, key.strip(), value)
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `a.b.c` of nested dicts `data` to `value` in place, creating sections as needed."""
+    parts = key.split(".")
     node = data
     for part in parts[:-1]:
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            raise UserError(f"override {override!r}: '{part}' is not a section")
+            raise UserError(f"override of {key!r}: '{part}' is not a section")
     node[parts[-1]] = value
 
 

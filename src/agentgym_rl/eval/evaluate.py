@@ -7,7 +7,7 @@ from typing import Any
 
 from ..envs import registry
 from ..errors import UserError
-from ..config import RolloutConfig
+from ..config import PlayConfig, RolloutConfig
 from ..rollout.engine import RolloutEngine, model_policy
 from ..rollout.trajectory import Trajectory
 from .metrics import summarize
@@ -62,6 +62,13 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, **summarize(trajectories)}
     return summary, trajectories
+
+
+def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None) -> tuple[dict, list[Trajectory]]:
+    """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run)."""
+    return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
+                    config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
+                    env_kwargs=config.env.kwargs, desc=desc)
 
 
 def format_table(summary: dict, title: str | None = None) -> str:

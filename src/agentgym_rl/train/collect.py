@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..eval.evaluate import evaluate
-from ..config import RolloutConfig
+from ..eval.evaluate import evaluate_played
+from ..config import PlayConfig
 from ..rollout.formats import trajectory_to_agenttraj, trajectory_to_chat, write_agenttraj, write_chat
 from ..rollout.trajectory import Trajectory, save_trajectories
 
@@ -52,22 +52,19 @@ def write_conversations(trajectories: list[Trajectory], path: str | Path, fmt: s
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 
-def collect(env_id: str, policy: str, out: str | Path, split: str = "train", episodes: int | None = None,
-            samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
-            fmt: str = "agenttraj", successes_only: bool = False, rollout: RolloutConfig | None = None,
-            env_kwargs: dict | None = None) -> Collected:
-    """Play `policy` on the first `episodes` items of `split`, `samples` times each, and write
-    the episodes to `out`.
+def collect(config: PlayConfig, policy: str, out: str | Path, fmt: str = "agenttraj",
+            successes_only: bool = False) -> Collected:
+    """Play `policy` on the first `config.eval.episodes` items of `config.env.eval_split` (0: all),
+    `config.eval.samples` times each, and write the episodes to `out`.
 
     Args:
-        policy: "expert", "random" or a local model folder (sampled at `temperature`).
+        policy: "expert", "random" or a local model folder (sampled at `config.eval.temperature`).
         fmt: one of `FORMATS`.
         successes_only: write only the episodes that succeeded.
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    summary, trajectories = evaluate(env_id, policy, split, episodes, samples, max_turns, temperature, seed,
-                                     rollout, env_kwargs=env_kwargs, desc=f"collect {env_id}/{split}")
+    summary, trajectories = evaluate_played(config, policy, desc=f"collect {config.env.id}/{config.env.eval_split}")
     kept = [t for t in trajectories if t.success] if successes_only else list(trajectories)
     failures = len(trajectories) - len(kept)
     unwritable = 0
