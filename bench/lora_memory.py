@@ -36,7 +36,7 @@ VARIANTS = {
 
 def build(folder: Path, hidden: int, layers: int) -> int:
     from agentgym_rl.agent.tiny import TinyModelConfig, build_tiny
-    from agentgym_rl.train.setup import collect_expert, conversation_text
+    from agentgym_rl.train.demonstrations import collect_expert, conversation_text
 
     corpus = conversation_text(collect_expert("babyai", "train", 50, env_kwargs={"list_actions": False}))
     config = TinyModelConfig(hidden_size=hidden, num_layers=layers, num_heads=hidden // 64,

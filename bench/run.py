@@ -16,7 +16,7 @@ from agentgym_rl.agent.generator import HFGenerator
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.envs import make, tasks
 from agentgym_rl.train.learner import token_logprobs
-from agentgym_rl.train.setup import collect_expert, conversation_text
+from agentgym_rl.train.demonstrations import collect_expert, conversation_text
 from agentgym_rl.agent.tiny import train_tokenizer
 
 

@@ -13,10 +13,9 @@ from minigrid.envs import EmptyEnv
 
 from agentgym_rl.envs.babyai.actions import Command, execute, parse_action, plan_path
 from agentgym_rl.envs.babyai.env import BabyAIEnv
-from agentgym_rl.envs.babyai.expert import BabyAIExpert
 from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, item_level
 from agentgym_rl.envs.babyai.render import describe, observe
-from agentgym_rl.envs.base import EnvStateError
+from agentgym_rl.envs.base import EnvExpert, EnvStateError
 from agentgym_rl.envs.checker import check_env
 from agentgym_rl.envs.parsing import drop_thought, extract_action, first_wrong_token, right_next_tokens
 from agentgym_rl.envs.wrappers import TurnLimit
@@ -338,7 +337,7 @@ def test_sampling_rejected_is_not_printed(capsys):
 
 # -------------------------------------------------------------------------------- expert
 def test_expert_solves_test_items_within_20_turns():
-    env, expert = TurnLimit(BabyAIEnv(), 20), BabyAIExpert()
+    env, expert = TurnLimit(BabyAIEnv(), 20), EnvExpert()
     items = [0, 4, 5, 9, 16, 17, 24, 28, 31, 38]  # ten levels, up to 11 turns
     for item in items:
         env.reset(item)
@@ -354,7 +353,7 @@ def test_expert_solves_test_items_within_20_turns():
 
 def test_expert_is_not_fooled_by_a_repeated_item():
     """The expert keeps state between turns; a reset of the same item must not reuse it."""
-    env, expert = BabyAIEnv(), BabyAIExpert()
+    env, expert = BabyAIEnv(), EnvExpert()
     replies = []
     for _ in range(2):
         env.reset(24)

@@ -8,7 +8,9 @@ from conftest import CounterEnv, ScriptedGenerator
 from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import train_tokenizer
 from agentgym_rl.envs.tasks import Task
-from agentgym_rl.rollout.engine import ModelPolicy, RolloutConfig, RolloutEngine
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.rollout.policy import ModelPolicy
 
 # Chat templates of two real model families, as their tokenizer_config.json ships them
 # (tool-calling branches left out): they differ in markers, default system prompt and trimming.
@@ -95,7 +97,7 @@ def test_rollout_ids_equal_template_encoding_of_the_conversation(family):
     tokenizer = make_tokenizer(family)
     encoder = ChatEncoder(tokenizer)
     generator = ScriptedGenerator(tokenizer, REPLIES, encoder.end_of_turn_id)
-    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32))
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32, system_prompt=True))
     [trajectory] = engine.run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
 
     # The env saw: reset obs, then the three replies' outcomes (count, look, count -> goal 2).
@@ -146,7 +148,8 @@ def test_sampled_ids_are_kept_even_when_not_canonical(tiny_tokenizer):
 def test_unfinished_reply_is_closed_with_an_untrained_end_of_turn(tiny_tokenizer):
     encoder = ChatEncoder(tiny_tokenizer)
     generator = ScriptedGenerator(tiny_tokenizer, ["Action: count"], encoder.end_of_turn_id, finish=False)
-    [trajectory] = RolloutEngine(CounterEnv).run([Task("counter", 2, "c")], ModelPolicy(generator, encoder), max_turns=1)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(system_prompt=True))
+    [trajectory] = engine.run([Task("counter", 2, "c")], ModelPolicy(generator, encoder), max_turns=1)
     reply_ids = tiny_tokenizer.encode("Action: count", add_special_tokens=False)
     start = len(encoder.start(trajectory.messages[:2]))
     assert trajectory.input_ids[start:start + len(reply_ids) + 1] == reply_ids + [encoder.end_of_turn_id]

@@ -1,8 +1,8 @@
 """Expert collection in several processes gives the same episodes as in one."""
 
-from agentgym_rl.rollout.engine import RolloutConfig
-from agentgym_rl.train import setup
-from agentgym_rl.train.setup import EPISODES_PER_PROCESS, collect_expert
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.train import demonstrations
+from agentgym_rl.train.demonstrations import EPISODES_PER_PROCESS, collect_expert
 
 
 def test_expert_processes_give_the_episodes_of_one_process(monkeypatch):
@@ -10,12 +10,12 @@ def test_expert_processes_give_the_episodes_of_one_process(monkeypatch):
     one = collect_expert("textcraft", "train", episodes, rollout=RolloutConfig(expert_processes=1))
     pools = []
 
-    class CountedPool(setup.ProcessPoolExecutor):
+    class CountedPool(demonstrations.ProcessPoolExecutor):
         def __init__(self, workers, **kwargs):
             pools.append(workers)
             super().__init__(workers, **kwargs)
 
-    monkeypatch.setattr(setup, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(demonstrations, "ProcessPoolExecutor", CountedPool)
     seen = []
     two = collect_expert("textcraft", "train", episodes, rollout=RolloutConfig(expert_processes=2),
                          progress=seen.append)

@@ -10,7 +10,9 @@ from conftest import CounterEnv
 from agentgym_rl.agent.generator import HFGenerator
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.envs.tasks import Task
-from agentgym_rl.rollout.engine import RolloutConfig, RolloutEngine, model_policy
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.rollout.policy import model_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64,
                         max_positions=512)
@@ -194,7 +196,7 @@ def test_engine_resets_a_generator_at_the_start_and_end_of_each_run(tiny_tokeniz
     from conftest import ScriptedGenerator
 
     from agentgym_rl.agent.chat import ChatEncoder
-    from agentgym_rl.rollout.engine import ModelPolicy
+    from agentgym_rl.rollout.policy import ModelPolicy
 
     class Resettable(ScriptedGenerator):
         resets_at_calls: list[int] = []

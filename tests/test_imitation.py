@@ -16,14 +16,14 @@ from test_cli import run
 
 from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
-from agentgym_rl.rollout.engine import ModelPolicy
+from agentgym_rl.rollout.policy import ModelPolicy
 from agentgym_rl.rollout.formats import agenttraj_to_trajectory, sft_messages
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate
 from agentgym_rl.train.learner import token_logprobs
 from agentgym_rl.train.packing import collate_packed, pack
 from agentgym_rl.train.learner import Learner, OptimConfig
-from agentgym_rl.train.sft import lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs
+from agentgym_rl.train.finetune import lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
@@ -288,11 +288,10 @@ TOY = [*TINY_MODEL, "env.id=counter", "env.kwargs={}", "model.path=null", "model
 def test_rft_fine_tunes_on_its_successes(tmp_path, counter_env_registered, monkeypatch):
     """Counter items need 1-3 "count"s in 2 turns; replies alternate count / look, so some
     samples succeed and some fail: the successes (deduplicated) are trained on."""
-    from agentgym_rl.train import rft
-    from agentgym_rl.config import load_config
-    from agentgym_rl.config import RFTConfig
+    from agentgym_rl.train import rft, session
+    from agentgym_rl.config import RFTConfig, load_config
 
-    monkeypatch.setattr(rft, "model_policy", scripted(["Action: count", "Action: look"]))
+    monkeypatch.setattr(session, "model_policy", scripted(["Action: count", "Action: look"]))
     config = load_config(RFTConfig, REPO / "configs" / "babyai_rft.yaml", [
         *TOY, f"run.output_dir={tmp_path}", "run.name=toy", "rft.items=6", "rft.samples_per_item=2", "rft.max_turns=2",
         "eval.episodes=0", "train.epochs=1"])
@@ -309,11 +308,10 @@ def test_rft_fine_tunes_on_its_successes(tmp_path, counter_env_registered, monke
 
 
 def test_dpo_samples_pairs_and_uses_the_adapter_free_base_as_reference(tmp_path, counter_env_registered, monkeypatch):
-    from agentgym_rl.train import dpo
-    from agentgym_rl.config import load_config
-    from agentgym_rl.config import DPOConfig
+    from agentgym_rl.train import dpo, session
+    from agentgym_rl.config import DPOConfig, load_config
 
-    monkeypatch.setattr(dpo, "model_policy", scripted(["Action: count", "Action: look", "Action: look"]))
+    monkeypatch.setattr(session, "model_policy", scripted(["Action: count", "Action: look", "Action: look"]))
     config = load_config(DPOConfig, REPO / "configs" / "babyai_dpo.yaml", [
         *TOY, f"run.output_dir={tmp_path}", "run.name=toy", "data.items=6", "data.samples_per_item=3",
         "data.max_turns=2", "eval.episodes=0", "model.lora_rank=4", "dpo.epochs=4", "dpo.batch_size=4",
@@ -413,7 +411,7 @@ def test_imitation_configs_load_with_their_own_class(name):
 
 
 def test_without_thoughts_cuts_replies_to_their_action_line():
-    from agentgym_rl.train.setup import without_thoughts
+    from agentgym_rl.train.demonstrations import without_thoughts
 
     demo = Trajectory("babyai", "babyai_1", "GoTo", input_ids=[1, 2], loss_mask=[0, 1], messages=[
         {"role": "user", "content": "Thought: not a reply\nYou see a wall."},

@@ -10,7 +10,7 @@ from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate, micro_batches
 from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs, token_outputs
-from agentgym_rl.train.sft import nll_loss
+from agentgym_rl.train.finetune import nll_loss
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                         max_positions=64)

@@ -7,7 +7,8 @@ import threading
 from conftest import CounterEnv, CounterExpert
 
 from agentgym_rl.envs.tasks import Task
-from agentgym_rl.rollout.engine import RolloutConfig, RolloutEngine
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.rollout.engine import RolloutEngine
 
 
 class _LiveCounter:

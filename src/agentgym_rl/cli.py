@@ -239,7 +239,7 @@ def sft(
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
     from .config import SFTConfig, load_config
-    from .train.sft_trainer import SFTTrainer
+    from .train.sft import SFTTrainer
 
     result = SFTTrainer(load_config(SFTConfig, config, overrides or [])).fit()
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")

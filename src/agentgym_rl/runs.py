@@ -19,6 +19,7 @@ imports a trainer.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +30,8 @@ from .errors import UserError
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
+MIN_FREE_BYTES = 256 * 2**20
+"""Least free disk space a run starts with (the tiny model's checkpoints are ~12 MB each)."""
 
 C = TypeVar("C")
 
@@ -47,9 +50,18 @@ def start_run(run_dir: str | Path, config: Any, hint: str = "choose a new run.na
 
 
 def write_config(run_dir: str | Path, config: Any) -> None:
+    """Create `run_dir` and write `config.yaml`; a folder that cannot be written, or a disk with
+    less than `MIN_FREE_BYTES` left, is a `UserError` here, before any work."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    except OSError as error:
+        raise UserError(f"cannot write the run folder {str(run_dir)!r}: {error.strerror or error}") from None
+    free = shutil.disk_usage(run_dir).free
+    if free < MIN_FREE_BYTES:
+        raise UserError(f"only {free / 2**20:.0f} MiB are free on the disk of {str(run_dir)!r}; a run writes "
+                        f"checkpoints, trajectories and logs: free at least {MIN_FREE_BYTES / 2**20:.0f} MiB")
 
 
 def read_config(run_dir: str | Path, cls: type[C]) -> C:

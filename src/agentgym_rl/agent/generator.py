@@ -31,7 +31,7 @@ class Generation:
 
 
 class Generator(Protocol):
-    """Samples continuations of token-id prompts.
+    """Samples continuations of token-id prompts; the rollout engine is its only caller.
 
     A generator may also define `reset()`, optional and without arguments: forget any state kept
     between `generate` calls (such as a KV cache of earlier turns). The rollout engine calls it at
@@ -40,6 +40,11 @@ class Generator(Protocol):
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
         """Sample one continuation per prompt."""
+        ...
+
+    def sync_weights(self, model: Any) -> None:
+        """Sample from `model`'s weights from now on (the learner's, after an update). A backend
+        that keeps its own copy (another device or dtype, an inference engine) loads them."""
         ...
 
 
@@ -81,7 +86,8 @@ class HFGenerator:
     spare columns instead of copying the cache.
 
     Args:
-        model: a `transformers` causal LM (shared with the learner: weights are in sync).
+        model: a `transformers` causal LM: the learner's own (the default: nothing to copy) or a
+            separate copy that `sync_weights` keeps up to date.
         pad_id: padding token id.
         stop_ids: token ids that end a turn.
         temperature: 0 means greedy decoding.
@@ -108,6 +114,13 @@ class HFGenerator:
     def reset(self) -> None:
         """Drop the kept KV cache (it is stale once the weights change)."""
         self._last = None
+
+    def sync_weights(self, model: Any) -> None:
+        """Take `model`'s weights and drop the KV cache. Sharing the learner's model object (the
+        default), only the cache goes; a separate copy loads the learner's state dict."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
+        self.reset()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
         if not prompts:
@@ -140,7 +153,8 @@ class HFGenerator:
         for row, prompt in enumerate(prompts):
             input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
             attention[row, width - len(prompt):] = 1
-        return input_ids, attention, None
+        device = next(self.model.parameters()).device
+        return input_ids.to(device), attention.to(device), None
 
     def _continue(self, prompts: list[list[int]]) -> tuple[Any, Any, Any] | None:
         """Input ids, attention mask and cache that continue the kept batch, or None to prefill.
@@ -172,8 +186,9 @@ class HFGenerator:
         width = last.sequences.shape[1] + max(len(s) for s in suffixes)
         if width > MAX_WIDTH_RATIO * max(len(p) for p in prompts):
             return None
-        rows = torch.tensor([0 if r is None else r for r in matches], dtype=torch.long)
-        kept_mask = last.mask[rows] * torch.tensor([[r is not None] for r in matches], dtype=torch.long)
+        device = last.sequences.device
+        rows = torch.tensor([0 if r is None else r for r in matches], dtype=torch.long, device=device)
+        kept_mask = last.mask[rows] * torch.tensor([[r is not None] for r in matches], dtype=torch.long, device=device)
         new_ids, new_mask, _ = self._fresh(suffixes)
         cache = last.cache
         cache.batch_select_indices(rows)

@@ -12,12 +12,12 @@ from .imitation import (DPOConfig, DPODataConfig, DPOLossConfig, PairConfig, RFT
 from .loader import apply_override, from_dict, load_config, load_yaml, set_key, to_dict
 from .rl import AlgoConfig, RLConfig, ScheduleConfig, TrainLoopConfig
 from .sections import (EnvConfig, EvalConfig, FinetuneConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
-                       SampleConfig, TinyModelConfig, WarmupConfig)
+                       SampleConfig, TinyModelConfig, TrainingRun, WarmupConfig)
 
 __all__ = [
     "AlgoConfig", "DPOConfig", "DPODataConfig", "DPOLossConfig", "EnvConfig", "EvalConfig", "FinetuneConfig",
     "ModelConfig", "OptimConfig", "PLAYED_SECTIONS", "PairConfig", "PlayConfig", "RFTConfig", "RFTRoundConfig",
     "RLConfig", "RolloutConfig", "RunConfig", "SFTConfig", "SFTDataConfig", "SampleConfig", "ScheduleConfig",
-    "TinyModelConfig", "TrainLoopConfig", "WarmupConfig", "apply_override", "from_dict", "load_config", "load_yaml",
+    "TinyModelConfig", "TrainLoopConfig", "TrainingRun", "WarmupConfig", "apply_override", "from_dict", "load_config", "load_yaml",
     "set_key", "to_dict",
 ]

@@ -18,7 +18,7 @@ class PlayConfig:
 
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(system_prompt=False))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=0, temperature=1.0))
 
 

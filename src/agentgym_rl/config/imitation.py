@@ -9,7 +9,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from .sections import (SECTION, EnvConfig, EvalConfig, FinetuneConfig, ModelConfig, NonNegativeFloat, OptimConfig,
-                       Positive, PositiveFloat, RolloutConfig, RunConfig, SampleConfig, WarmupConfig)
+                       Positive, PositiveFloat, RolloutConfig, RunConfig, SampleConfig, TrainingRun)
 
 
 @dataclass(config=SECTION)
@@ -43,7 +43,7 @@ class SFTConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """`path: null` builds the tiny model, its tokenizer trained on the first
     `corpus_episodes` conversations of the data."""
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(system_prompt=False))
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Prompt options of expert collection (`system_prompt`); evaluation uses the same."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -86,22 +86,15 @@ class DPOLossConfig:
 
 
 @dataclass(config=SECTION)
-class DPOConfig:
-    """A DPO run (`agentgym-rl dpo`)."""
+class DPOConfig(TrainingRun):
+    """A DPO run (`agentgym-rl dpo`). `optim.micro_batch_size` counts rows, two per pair, so it
+    must be even; `eval` runs before and after DPO (episodes 0: not at all)."""
 
     run: RunConfig = field(default_factory=lambda: RunConfig(name="dpo"))
-    env: EnvConfig = field(default_factory=EnvConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
-    """Only with `model.path: null`: expert SFT of the tiny model before DPO, as in RL."""
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(system_prompt=False))
+    eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=0))
     data: DPODataConfig = field(default_factory=DPODataConfig)
     pairs: PairConfig = field(default_factory=PairConfig)
     dpo: DPOLossConfig = field(default_factory=DPOLossConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    """`micro_batch_size` counts rows, two per pair, so it must be even."""
-    eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=0))
-    """Evaluate before and after DPO (episodes 0: not at all)."""
 
     def __post_init__(self) -> None:
         if self.optim.micro_batch_size % 2:
@@ -122,17 +115,10 @@ class RFTRoundConfig(SampleConfig):
 
 
 @dataclass(config=SECTION)
-class RFTConfig:
-    """A rejection-sampling fine-tuning run (`agentgym-rl rft`)."""
+class RFTConfig(TrainingRun):
+    """A rejection-sampling fine-tuning run (`agentgym-rl rft`); `eval` runs before the first
+    round and after every round (episodes 0: none)."""
 
     run: RunConfig = field(default_factory=lambda: RunConfig(name="rft"))
-    env: EnvConfig = field(default_factory=EnvConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
-    """Only with `model.path: null`: expert SFT of the tiny model before the first round."""
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(system_prompt=False))
     rft: RFTRoundConfig = field(default_factory=RFTRoundConfig)
     train: FinetuneConfig = field(default_factory=FinetuneConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    """Evaluation before the first round and after every round (episodes 0: none)."""

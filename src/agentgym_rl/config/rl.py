@@ -10,8 +10,7 @@ from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from ..algos import AlgorithmSpec, HorizonSchedule, advantage_inputs, get_algorithm
-from .sections import (SECTION, EnvConfig, EvalConfig, ModelConfig, NonNegative, NonNegativeFloat, OptimConfig,
-                       Positive, PositiveFloat, RolloutConfig, RunConfig, WarmupConfig)
+from .sections import SECTION, EvalConfig, NonNegative, NonNegativeFloat, Positive, PositiveFloat, TrainingRun
 
 _SPEC_FIELDS = ("clip_eps", "normalize_std", "drop_threshold", "gamma", "lam", "whiten", "kl_coef",
                 "kl_estimator", "ratio_level", "aggregation", "epochs")
@@ -117,17 +116,11 @@ class TrainLoopConfig:
 
 
 @dataclass(config=SECTION)
-class RLConfig:
+class RLConfig(TrainingRun):
     """A whole RL run."""
 
-    run: RunConfig = field(default_factory=RunConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)
     eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=30))
     """Validation during training, on the first `episodes` items of `env.eval_split`."""
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    train: TrainLoopConfig = field(default_factory=TrainLoopConfig)

@@ -33,6 +33,11 @@ class RunConfig:
     output_dir: str = "runs"
     seed: int = 0
     """Seeds the model's initialisation, the tasks each step samples and every reset."""
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    """Where the model, its batches and its KV caches live; "auto" takes CUDA when torch sees a
+    GPU. The CPU is the default so that a config gives the same numbers on every machine."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """The model's parameter dtype (log-probabilities, losses and the value head stay float32)."""
 
     @property
     def dir(self) -> Path:
@@ -108,8 +113,9 @@ class RolloutConfig:
     expert_processes: NonNegative = 0
     """Processes that play a scripted expert's episodes (0: one per CPU core). A pure-Python
     expert holds the GIL, so threads cannot spread it over cores; processes can."""
-    system_prompt: bool = True
-    """Open each conversation with the environment's instruction as a system message."""
+    system_prompt: bool = False
+    """Open each conversation with the environment's instruction as a system message (a model
+    must be evaluated as it was trained: the tiny model's recipes leave it out)."""
     max_envs: NonNegative = 0
     """Most environments alive at once (0: the environment's own limit, else all episodes).
     Heavy environments (a SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
@@ -201,3 +207,19 @@ class SampleConfig:
     temperature: NonNegativeFloat = 1.0
     max_turns: Positive | None = None
     """Turn limit of sampled episodes (null: the environment's)."""
+
+
+@dataclass(config=SECTION)
+class TrainingRun:
+    """The sections of every run that trains a policy from a starting model (RL, DPO, RFT): the
+    run folder and seed, the environment, the model and its warm-up, how episodes are played,
+    the optimizer, and evaluation."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """Only with `model.path: null` or a local model: expert SFT before training."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)

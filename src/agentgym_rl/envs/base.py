@@ -61,9 +61,15 @@ class TextEnv(ABC):
         """The actions that make sense now, when the environment can list them (else None)."""
         return None
 
+    def expert_action(self) -> str | None:
+        """The reply (ReAct text) the environment's expert would give now, when it has an expert
+        (else None). The expert reads the environment's own state, so it is the environment's to
+        answer: an expert policy asks through this API and works through any transport."""
+        return None
+
     @property
     def unwrapped(self) -> "TextEnv":
-        """The innermost environment (experts read its internal state)."""
+        """The innermost environment."""
         return self
 
     def __enter__(self) -> "TextEnv":
@@ -71,6 +77,16 @@ class TextEnv(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class EnvExpert:
+    """The expert of any environment that implements `expert_action` (in-process or remote)."""
+
+    def act(self, env: TextEnv) -> str:
+        reply = env.expert_action()
+        if reply is None:
+            raise EnvStateError(f"environment {env.env_id!r} has no expert (its expert_action() returned None)")
+        return reply
 
 
 def parse_item_index(item_id: int | str, env_id: str) -> int:

@@ -124,7 +124,7 @@ register(
         entry_point="agentgym_rl.envs.babyai.env:BabyAIEnv",
         tasks_entry_point="agentgym_rl.envs.babyai.levels:babyai_tasks",
         max_turns=20,
-        expert_entry_point="agentgym_rl.envs.babyai.expert:BabyAIExpert",
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
     )
 )
 
@@ -134,7 +134,7 @@ register(
         entry_point="agentgym_rl.envs.textcraft.env:TextCraftEnv",
         tasks_entry_point="agentgym_rl.envs.textcraft.goals:textcraft_tasks",
         max_turns=20,  # AgentGym-RL's TextCraft horizon; the expert needs at most 20 on split items
-        expert_entry_point="agentgym_rl.envs.textcraft.expert:TextCraftExpert",
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
     )
 )
 
@@ -146,7 +146,7 @@ register(
         # AgentGym-RL evaluated with 30 turns; the expert needs up to 83 on test items (the
         # 1-x state changes), so 100, ScienceWorld's own step limit (`--max-turns 30` for the paper's).
         max_turns=100,
-        expert_entry_point="agentgym_rl.envs.sciworld.expert:SciWorldExpert",
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # one ~0.5 GB JVM each
     )
 )

@@ -27,6 +27,9 @@ class Wrapper(TextEnv):
     def available_actions(self) -> list[str] | None:
         return self.env.available_actions()
 
+    def expert_action(self) -> str | None:
+        return self.env.expert_action()
+
     @property
     def unwrapped(self) -> TextEnv:
         return self.env.unwrapped

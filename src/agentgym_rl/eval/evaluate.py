@@ -8,7 +8,8 @@ from typing import Any
 from ..envs import registry
 from ..errors import UserError
 from ..config import PlayConfig, RolloutConfig
-from ..rollout.engine import RolloutEngine, model_policy
+from ..rollout.engine import RolloutEngine
+from ..rollout.policy import model_policy
 from ..rollout.trajectory import Trajectory
 from .metrics import summarize
 from .policies import RandomPolicy

@@ -11,41 +11,14 @@ from __future__ import annotations
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
-from ..agent.chat import ChatEncoder
-from ..agent.generator import Generator
 from ..config import RolloutConfig
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
+from .policy import Policy, as_policy
 from .trajectory import Trajectory
-
-
-class ScriptedPolicy(Protocol):
-    """A policy that acts in text from the environment's state (expert, random)."""
-
-    def act(self, env: TextEnv) -> str: ...
-
-
-@dataclass
-class ModelPolicy:
-    """A language model acting through a `Generator`, encoded token-exactly by `encoder`."""
-
-    generator: Generator
-    encoder: ChatEncoder
-
-
-def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True) -> ModelPolicy:
-    """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
-    stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
-    turn for the next (see `HFGenerator`, and `RolloutConfig.reuse_kv_cache`)."""
-    from ..agent.generator import HFGenerator
-
-    encoder = ChatEncoder(tokenizer)
-    generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
-                            reuse_cache=reuse_cache)
-    return ModelPolicy(generator, encoder)
 
 
 @dataclass
@@ -73,13 +46,14 @@ class RolloutEngine:
         self.make_env = make_env
         self.config = config or RolloutConfig()
 
-    def run(self, tasks: list[Task], policy: ModelPolicy | ScriptedPolicy, max_turns: int,
+    def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int,
             samples: int = 1, seed: int = 0, progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
             tasks: the tasks; task k's samples get `group` k.
-            policy: a `ModelPolicy` or a `ScriptedPolicy`.
+            policy: a `Policy` (a model's, or a text policy), or an object with `act(env) -> str`
+                (a scripted expert; see `as_policy`).
             max_turns: the interaction horizon.
             samples: episodes per task.
             seed: passed to every `reset`.
@@ -89,22 +63,17 @@ class RolloutEngine:
         """
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        policy = as_policy(policy)
         # Weights change between runs (a learner update), and the same first prompts recur (each
         # validation replays the same items), so a generator's kept KV cache must not outlive a
         # run. Within a run the weights are fixed, so the run boundary is the only reset needed.
-        self._reset_generator(policy)
+        policy.reset()
         try:
             return self._run(tasks, policy, max_turns, samples, seed, progress)
         finally:
-            self._reset_generator(policy)  # also frees the cache's memory between runs
+            policy.reset()  # also frees the cache's memory between runs
 
-    @staticmethod
-    def _reset_generator(policy: Any) -> None:
-        reset = getattr(policy.generator, "reset", None) if isinstance(policy, ModelPolicy) else None
-        if reset is not None:
-            reset()
-
-    def _run(self, tasks: list[Task], policy: ModelPolicy | ScriptedPolicy, max_turns: int, samples: int,
+    def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int,
              seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
         jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
         limit = self.config.max_envs or getattr(self.make_env, "max_parallel", 0) or len(jobs)
@@ -128,7 +97,7 @@ class RolloutEngine:
                 self._report(active, progress)
         return [e.record for e in episodes]
 
-    def _start(self, task: Task, group: int, policy: Any, seed: int) -> _Episode:
+    def _start(self, task: Task, group: int, policy: Policy, seed: int) -> _Episode:
         record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)
         episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
         try:
@@ -139,7 +108,7 @@ class RolloutEngine:
         if self.config.system_prompt and episode.env.instruction:
             record.messages.append({"role": "system", "content": episode.env.instruction})
         record.messages.append({"role": "user", "content": observation})
-        if isinstance(policy, ModelPolicy):
+        if policy.encoder is not None:  # a token policy: the episode is kept as token ids too
             episode.ids = policy.encoder.start(record.messages)
             record.input_ids = list(episode.ids)
             record.loss_mask = [0] * len(episode.ids)
@@ -149,27 +118,24 @@ class RolloutEngine:
                 self._finish(episode)
         return episode
 
-    def _act(self, active: list[_Episode], policy: Any) -> list[str]:
-        if not isinstance(policy, ModelPolicy):
-            return [policy.act(e.env) for e in active]
-        generations = policy.generator.generate([e.ids for e in active], self.config.max_new_tokens)
-        replies = []
-        for episode, gen in zip(active, generations):
-            ids, mask, logprobs = list(gen.ids), [1] * len(gen.ids), list(gen.logprobs)
-            if not gen.finished:
-                # Close the turn so the conversation stays well-formed; not trained on.
-                ids.append(policy.encoder.end_of_turn_id)
-                mask.append(0)
-                logprobs.append(0.0)
-            episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(gen.ids)
-            self._extend(episode, ids, mask, logprobs)
-            replies.append(policy.encoder.decode_reply(gen.ids))
-        return replies
+    def _act(self, active: list[_Episode], policy: Policy) -> list[str]:
+        replies = policy.act([e.env for e in active], [e.ids for e in active], self.config.max_new_tokens)
+        if policy.encoder is not None:
+            for episode, reply in zip(active, replies):
+                ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)
+                if not reply.finished:
+                    # Close the turn so the conversation stays well-formed; not trained on.
+                    ids.append(policy.encoder.end_of_turn_id)
+                    mask.append(0)
+                    logprobs.append(0.0)
+                episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(reply.ids)
+                self._extend(episode, ids, mask, logprobs)
+        return [reply.text for reply in replies]
 
-    def _step(self, episode: _Episode, reply: str, policy: Any, max_turns: int) -> None:
+    def _step(self, episode: _Episode, reply: str, policy: Policy, max_turns: int) -> None:
         record = episode.record
         record.messages.append({"role": "assistant", "content": reply})
-        locate = self.config.locate_wrong_tokens and isinstance(policy, ModelPolicy)
+        locate = self.config.locate_wrong_tokens and policy.encoder is not None
         try:
             actions = episode.env.available_actions() if locate else None
             observation, reward, terminated, truncated, info = episode.env.step(reply)
@@ -192,7 +158,7 @@ class RolloutEngine:
         if terminated or record.truncated:
             self._finish(episode)
             return
-        if isinstance(policy, ModelPolicy):
+        if policy.encoder is not None:
             delta = policy.encoder.user_delta(record.messages[:-1], observation)
             if len(episode.ids) + len(delta) + self.config.max_new_tokens > self.config.max_context:
                 record.truncated = True

@@ -37,14 +37,11 @@ from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations
 from ..rollout.trajectory import Trajectory, save_trajectories
-from ..runs import MetricsLogger, start_run
 from .batch import TokenBatch, collate
-from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
-                     save_checkpoint)
 from .learner import Learner, is_lora
 from .pairs import PairStats, build_pairs
-from .setup import check_model_path, prepare_policy
-from .sft import prepare_sft_data
+from .finetune import prepare_sft_data
+from .session import Session, check_model_path, eval_metrics, sample_items
 
 Pair = tuple[Trajectory, Trajectory]
 
@@ -121,13 +118,11 @@ class DPOTrainer:
         self.pair_stats = stats
         return pairs
 
-    def sample(self, model: Any, tokenizer: Any) -> list[Trajectory]:
+    def sample(self, session: Session) -> list[Trajectory]:
         """`data.samples_per_item` episodes of the starting policy on `data.items` random train items."""
         cfg, data = self.config, self.config.data
         tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split), data.items, cfg.run.seed, "dpo")
-        policy = model_policy(model, tokenizer, data.temperature, cfg.rollout.reuse_kv_cache)
-        trajectories = sample_episodes(cfg.env, cfg.rollout, policy, tasks, data.samples_per_item, data.max_turns,
-                                       cfg.run.seed, "DPO samples")
+        trajectories = session.sample(tasks, data.samples_per_item, data.temperature, data.max_turns, "DPO samples")
         save_trajectories(trajectories, self.run_dir / "trajectories" / "samples.jsonl")
         return trajectories
 
@@ -152,19 +147,14 @@ class DPOTrainer:
             # Pairs first: a file without usable pairs fails before any model is built.
             trajectories = load_conversations(cfg.data.path, instruction_as_system=cfg.data.instruction_as_system)
             pairs = self.make_pairs(trajectories, repr(cfg.data.path))
-        start_run(self.run_dir, cfg)
-        torch.manual_seed(cfg.run.seed)
-        model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, cfg.run.seed,
-                                          self.log)
-        model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
-        learner = Learner(model, cfg.optim)
-        metrics = MetricsLogger(self.run_dir)
+        session = Session.start(cfg, self.log)
+        tokenizer, learner, metrics = session.tokenizer, session.learner, session.metrics
         before = after = None
         if cfg.eval.episodes:
-            before = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
+            before = session.evaluate()
             metrics.log(0, eval_metrics(before))
         if cfg.data.path is None:
-            pairs = self.make_pairs(self.sample(model, tokenizer), f"{cfg.data.items} sampled items")
+            pairs = self.make_pairs(self.sample(session), f"{cfg.data.items} sampled items")
         else:
             pairs = self.encode_pairs(pairs, tokenizer)
         built = len(pairs)
@@ -196,9 +186,9 @@ class DPOTrainer:
                     metrics.log(step, {**values, "epoch": epoch + 1})
                     bar.update(1)
                     bar.set_postfix(loss=f"{values['loss']:.3f}", acc=f"{values['rewards/accuracy']:.2f}")
-        folder = save_checkpoint(learner, tokenizer, self.run_dir / "checkpoints" / "final")
+        folder = session.save("final")
         if cfg.eval.episodes:
-            after = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
+            after = session.evaluate()
             metrics.log(step, eval_metrics(after))
         metrics.close()
         return {"run_dir": self.run_dir, "model": folder, "pairs": len(pairs), "pair_stats": asdict(self.pair_stats),

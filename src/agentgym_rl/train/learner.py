@@ -118,11 +118,21 @@ class Learner:
         self.config = config
         self.value_head = None
         if value_head:
-            self.value_head = torch.nn.Linear(model.config.hidden_size, 1)
+            # float32 whatever the model's dtype: values are regressed on returns.
+            self.value_head = torch.nn.Linear(model.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
         params = [p for p in self.parameters()]
         self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters, and so every batch it scores, live."""
+        return next(self.model.parameters()).device
+
+    def to_device(self, batch: TokenBatch) -> TokenBatch:
+        """`batch` with its tensors on the model's device (batches are built on the CPU)."""
+        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters: the model's (all, or the LoRA adapter's) and the value head's."""
@@ -153,8 +163,9 @@ class Learner:
             scored = {k: v for k, v in batch.items() if k != "right_ids"}
             for rows, micro in micro_batches(scored, self.config.micro_batch_size):
                 width = micro["input_ids"].shape[1]
+                micro = self.to_device(micro)
                 for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
-                    out[key][rows, :width] = value
+                    out[key][rows, :width] = value.cpu()
         scorer.train(was_training)
         return out
 
@@ -184,6 +195,7 @@ class Learner:
         total = max(float(total), 1.0)
         summed: dict[str, float] = {}
         for _, micro in micro_batches(batch, self.config.micro_batch_size):
+            micro = self.to_device(micro)
             share = float(micro["loss_mask"].sum() if weight_by == "tokens" else micro["loss_mask"].shape[0]) / total
             if share == 0.0:
                 continue

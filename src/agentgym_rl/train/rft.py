@@ -22,18 +22,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import torch
 from tqdm import tqdm
 
 from ..config import RFTConfig
 from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
-from ..runs import MetricsLogger, start_run
-from .common import (eval_metrics, evaluate_model, maybe_lora, model_policy, sample_episodes, sample_items,
-                     save_checkpoint)
-from .learner import Learner
-from .setup import check_model_path, prepare_policy
-from .sft import plan_batches, prepare_sft_data, sft_epochs
+from .finetune import plan_batches, prepare_sft_data, sft_epochs
+from .session import Session, check_model_path, eval_metrics, sample_items
 
 
 def keep_successes(trajectories: list[Trajectory], dedupe: bool) -> list[Trajectory]:
@@ -72,22 +67,17 @@ class RFTTrainer:
         """Run every round; returns one record per round (round 0 = the start) with the
         sampled success rate, successes kept, SFT losses and the evaluation summary."""
         cfg, rft = self.config, self.config.rft
-        start_run(self.run_dir, cfg)
         seed = cfg.run.seed
-        torch.manual_seed(seed)
-        model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, seed, self.log)
-        model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
-        learner = Learner(model, cfg.optim)
-        policy = model_policy(model, tokenizer, rft.temperature, cfg.rollout.reuse_kv_cache)
-        metrics = MetricsLogger(self.run_dir)
+        session = Session.start(cfg, self.log)
+        tokenizer, learner, metrics = session.tokenizer, session.learner, session.metrics
         pack_tokens = cfg.train.pack_tokens if cfg.train.packing else 0
-        records = [{"round": 0, "eval": self._evaluate(model, tokenizer, metrics, 0)}]
+        records = [{"round": 0, "eval": self._evaluate(session, 0)}]
         pool: list[Trajectory] = []
         for round_ in range(1, rft.rounds + 1):
             began = time.time()
             tasks = sample_items(self.train_tasks, rft.items, seed, f"rft-{round_}")
-            sampled = sample_episodes(cfg.env, cfg.rollout, policy, tasks, rft.samples_per_item, rft.max_turns,
-                                      seed, f"RFT round {round_}: sampling")
+            sampled = session.sample(tasks, rft.samples_per_item, rft.temperature, rft.max_turns,
+                                     f"RFT round {round_}: sampling")
             save_trajectories(sampled, self.run_dir / "trajectories" / f"round_{round_:03d}.jsonl")
             successes = keep_successes(sampled, rft.dedupe)
             pool = pool + successes if rft.keep_previous else successes
@@ -113,9 +103,9 @@ class RFTTrainer:
                 **({"sft/loss_first_epoch": losses[0], "sft/loss_last_epoch": losses[-1]} if losses else {}),
                 "time/sample_s": sampled_s, "time/finetune_s": time.time() - began - sampled_s,
             }
-            save_checkpoint(learner, tokenizer, self.run_dir / "checkpoints" / f"round_{round_:03d}")
+            session.save(f"round_{round_:03d}")
             metrics.log(round_, {k: v for k, v in record.items() if k != "round"})
-            record["eval"] = self._evaluate(model, tokenizer, metrics, round_)
+            record["eval"] = self._evaluate(session, round_)
             self.log(f"round {round_}: sampled success {record['sample/success']:.3f} on {len(tasks)} items × "
                      f"{rft.samples_per_item}, kept {stats.kept} successes" +
                      (f", eval success {record['eval']['success']:.3f}" if record["eval"] else ""))
@@ -123,10 +113,9 @@ class RFTTrainer:
         metrics.close()
         return records
 
-    def _evaluate(self, model: Any, tokenizer: Any, metrics: MetricsLogger, round_: int) -> dict[str, Any] | None:
-        cfg = self.config
-        if not cfg.eval.episodes:
+    def _evaluate(self, session: Session, round_: int) -> dict[str, Any] | None:
+        if not self.config.eval.episodes:
             return None
-        summary = evaluate_model(model, tokenizer, cfg.env, cfg.eval, cfg.rollout, cfg.run.seed)
-        metrics.log(round_, eval_metrics(summary))
+        summary = session.evaluate()
+        session.metrics.log(round_, eval_metrics(summary))
         return summary

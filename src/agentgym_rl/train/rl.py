@@ -11,26 +11,88 @@ import copy
 import dataclasses
 import random
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from ..agent.lora import load_lora
 from ..algos import (KL, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
                      kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
                      ppo_clip_loss, right_token_loss, value_clip_loss)
-from ..config import RLConfig
+from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..errors import UserError
 from ..eval.metrics import summarize
-from ..rollout.engine import RolloutEngine, model_policy
+from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
-from ..runs import MetricsLogger, latest_checkpoint, start_run
+from ..runs import CONFIG, checkpoints, holds_run
 from .batch import TokenBatch, collate, right_token_positions
-from .common import maybe_lora
-from .learner import Learner
-from .setup import prepare_policy
+from .session import Session
+
+
+RESUME_KEYS = ("env.id", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
+"""What a resumed run must share with the run it continues: the model it started from and what
+its checkpoints hold (a value head for ppo, a KL reference when kl_coef > 0)."""
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        return {prefix: data}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def check_resumable(run_dir: Path, config: RLConfig) -> None:
+    """Refuse to resume `run_dir` with a config whose `RESUME_KEYS` differ from its saved one,
+    naming each differing key (keys an older run did not save are not compared)."""
+    if not (run_dir / CONFIG).is_file():
+        raise UserError(f"cannot resume {str(run_dir)!r}: it is not a run folder (no {CONFIG})")
+    saved, now = _flatten(load_yaml(run_dir / CONFIG)), _flatten(to_dict(config))
+    differ = [f"{key} ({saved[key]!r} -> {now[key]!r})" for key in sorted(now)
+              if key in saved and saved[key] != now[key]
+              and any(key == k or key.startswith(k + ".") for k in RESUME_KEYS)]
+    if differ:
+        raise UserError(f"cannot resume {str(run_dir)!r} with this config: {', '.join(differ)} differ from the run's "
+                        "own; resume with its values or start a new run.name")
+
+
+class LogprobGap:
+    """|log p_generator − log p_learner| over action tokens: ~0 when the generator samples with the
+    learner's weights in the same precision; it grows when generation runs elsewhere (another
+    engine, dtype or stale weights), where PPO's ratios would start from that error."""
+
+    def __init__(self) -> None:
+        self.total, self.count, self.largest = 0.0, 0, 0.0
+
+    def add(self, generated: torch.Tensor, learner: torch.Tensor, mask: torch.Tensor) -> None:
+        """generated, learner, mask: (B, T); mask 1 on the action tokens to compare."""
+        gap = (generated.to(learner.device) - learner).abs()[mask > 0]
+        if gap.numel():
+            self.total += float(gap.sum())
+            self.count += gap.numel()
+            self.largest = max(self.largest, float(gap.max()))
+
+    def metrics(self) -> dict[str, float]:
+        if not self.count:
+            return {}
+        return {"rollout/logprob_gap_mean": self.total / self.count, "rollout/logprob_gap_max": self.largest}
+
+
+def no_update_reason(metrics: dict[str, float]) -> str | None:
+    """Why an RL step left the weights as they were, from its metrics (None: it updated)."""
+    if metrics["update/trajectories"] == 0:
+        if "adv/num_groups" not in metrics:
+            return "no rollout has a trained token (every episode ended before the model replied)"
+        if metrics.get("adv/zero_var_group_frac") == 1.0:
+            return (f"the rewards tie within each of the {int(metrics['adv/num_groups'])} groups, so every advantage "
+                    "is 0 (a larger algo.group_size, or tasks the policy solves sometimes, give a signal)")
+        return "every advantage is 0"
+    if metrics.get("update/skipped_steps", 0) == metrics.get("update/optimizer_steps"):
+        return f"the algo.max_kl guard skipped all {metrics['update/optimizer_steps']} optimizer steps"
+    return None
 
 
 class RLTrainer:
@@ -57,6 +119,7 @@ class RLTrainer:
         if config.model.path is not None and not Path(config.model.path, "config.json").is_file():
             raise UserError(f"model path {config.model.path!r} is not a directory with a config.json")
         self.run_dir = config.run.dir
+        self._gap, self._gap_in_loss = LogprobGap(), False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.eval.episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs)
@@ -69,48 +132,54 @@ class RLTrainer:
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
+        """Start the run, or reopen it at its newest readable checkpoint; returns the first step."""
         cfg = self.config
-        checkpoint = latest_checkpoint(self.run_dir) if resume else None
-        if resume and checkpoint is None:
-            self.log(f"no checkpoint in {self.run_dir}; starting from scratch")
-        if checkpoint is None:
-            start_run(self.run_dir, cfg, hint="use --resume or a new run.name")
-            torch.manual_seed(cfg.run.seed)
-            model, tokenizer = prepare_policy(cfg.model, cfg.env, cfg.warmup, cfg.rollout, self.run_dir, cfg.run.seed,
-                                              self.log)
-            # With LoRA the warmed-up model is the adapter's base (and KL reference); resume needs it.
-            model = maybe_lora(model, cfg.model, self.run_dir, tokenizer)
-            start = 0
+        options = dict(value_head=self.algorithm.needs_critic, entropy=cfg.algo.entropy_coef > 0,
+                       temperature=cfg.algo.temperature)
+        start, state = 0, None
+        if resume and not holds_run(self.run_dir) and not checkpoints(self.run_dir):
+            self.log(f"no run in {self.run_dir} yet; starting it")
+            resume = False
+        if resume:
+            check_resumable(self.run_dir, cfg)
+            self.session, state, checkpoint = self._reopen(options)
+            start = state["step"]
+            self.log(f"resumed from {checkpoint} at step {start}")
         else:
-            from ..agent.loading import load_model_and_tokenizer
-
-            if cfg.model.lora_rank:
-                base, tokenizer = load_model_and_tokenizer(self.run_dir / "lora_base")
-                model = load_lora(base, checkpoint / "adapter")
-            else:
-                model, tokenizer = load_model_and_tokenizer(checkpoint / "model")
-        self.tokenizer = tokenizer
-        self.learner = Learner(model, cfg.optim, value_head=self.algorithm.needs_critic,
-                               entropy=cfg.algo.entropy_coef > 0, temperature=cfg.algo.temperature)
+            self.session = Session.start(cfg, self.log, already_running="use --resume or a new run.name", **options)
+        self.tokenizer, self.learner = self.session.tokenizer, self.session.learner
         # The KL reference: the adapter-disabled base with LoRA (no copy), else a frozen copy.
         self.reference = None
         if self.algorithm.kl_coef > 0 and not cfg.model.lora_rank:
-            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
-        if checkpoint is not None:
-            self.learner.load_state(checkpoint)
-            state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-            start = state["step"]
+            self.reference = copy.deepcopy(self.session.model).eval().requires_grad_(False)
+        if state is not None:
             torch.set_rng_state(state["torch_rng"])
             self.kl_control.load_state_dict(state["kl_control"])
             if self.reference is not None and "reference" in state:
                 self.reference.load_state_dict(state["reference"])
-            self.log(f"resumed from {checkpoint} at step {start}")
-        self.policy = model_policy(model, tokenizer, cfg.algo.temperature, cfg.rollout.reuse_kv_cache)
-        self.val_policy = model_policy(model, tokenizer, cfg.eval.temperature,
-                                       cfg.rollout.reuse_kv_cache)
-        self.metrics = MetricsLogger(self.run_dir)
+        self.policy = self.session.policy(cfg.algo.temperature)
+        self.val_policy = self.session.policy(cfg.eval.temperature)
+        self.metrics = self.session.metrics
         self.metrics.truncate_after(start)
         return start
+
+    def _reopen(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], Path]:
+        """The session and trainer state of the newest checkpoint that loads; a damaged one (a
+        write cut short) is skipped with a warning for the one before it."""
+        found = checkpoints(self.run_dir)
+        if not found:
+            raise UserError(f"cannot resume {str(self.run_dir)!r}: it has no checkpoint yet (a run saves every "
+                            f"train.save_every={self.config.train.save_every} steps); start it again under a new "
+                            "run.name, or delete the folder")
+        for checkpoint in reversed(found):
+            try:
+                session = Session.resume(self.config, checkpoint, self.log, **options)
+                state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+                return session, state, checkpoint
+            except Exception as error:  # noqa: BLE001 — any unreadable file makes the checkpoint unusable
+                reason = traceback.format_exception_only(type(error), error)[-1].strip()
+                self.log(f"warning: checkpoint {checkpoint} cannot be loaded ({reason[:200]}); trying the one before")
+        raise UserError(f"cannot resume {str(self.run_dir)!r}: none of its {len(found)} checkpoints loads")
 
     # ------------------------------------------------------------------------- main loop
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
@@ -120,6 +189,7 @@ class RLTrainer:
         cfg = self.config
         start = self._setup(resume)
         validations = []
+        idle: dict[int, str] = {}  # step -> why it updated nothing
         if start == 0 and cfg.train.validate_every and cfg.eval.episodes:
             validations.append(self.validate(0))
         bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps)
@@ -130,6 +200,8 @@ class RLTrainer:
                                            samples=cfg.algo.group_size, seed=cfg.run.seed)
             rolled = time.time()
             update_metrics = self.update(trajectories, step)
+            for policy in (self.policy, self.val_policy):  # the generators sample the new weights
+                policy.sync_weights(self.learner.model)
             stats = summarize(trajectories)
             self.metrics.log(step + 1, {
                 "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
@@ -138,6 +210,10 @@ class RLTrainer:
                 "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
             })
             bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
+            reason = no_update_reason(update_metrics)
+            if reason is not None:
+                idle[step + 1] = reason
+                self.log(f"step {step + 1}: no update: {reason}")
             if cfg.train.save_trajectories:
                 save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
             if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
@@ -145,6 +221,12 @@ class RLTrainer:
             if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
                 self.save(step + 1)
         self.metrics.close()
+        ran = cfg.train.steps - start
+        if idle:
+            self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "
+                     "'no update' lines above")
+        else:
+            self.log(f"all {ran} steps updated the policy")
         return validations
 
     def sample_tasks(self, step: int) -> list:
@@ -163,6 +245,10 @@ class RLTrainer:
             return metrics
         batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=algo.right_token_coef > 0)
         mask = batch["loss_mask"]
+        # The generator's logprobs against the learner's for the same tokens: measured where the
+        # learner scores the rollouts anyway (recomputing old logprobs), else in the first minibatch.
+        self._gap = LogprobGap()
+        self._gap_in_loss = not algo.recompute_old_logprobs
         beta = self.kl_control.value
         # Values and a KL in the reward enter the advantages: score every row first. Otherwise
         # only the rows kept for the update are scored (below), which saves a forward pass
@@ -217,11 +303,14 @@ class RLTrainer:
             for start in range(0, len(keep), algo.minibatch_size):
                 minibatch = {k: v[order[start:start + algo.minibatch_size]] for k, v in batch.items()}
                 result = self.learner.update(minibatch, self._loss, weight_by, skip_above=skip)
+                self._gap_in_loss = False
                 for key, value in result.items():
                     summed[key] = summed.get(key, 0.0) + value
                 updates += 1
         metrics.update({f"update/{k}": v / updates for k, v in summed.items() if k != "skipped"})
         metrics["update/skipped_steps"] = summed.get("skipped", 0.0)
+        metrics["update/optimizer_steps"] = updates
+        metrics.update(self._gap.metrics())
         if beta > 0 and "kl" in summed:
             self.kl_control.update(summed["kl"] / updates, n_steps=len(rows))
         return metrics
@@ -232,6 +321,7 @@ class RLTrainer:
         if self.config.algo.recompute_old_logprobs or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
+                self._gap.add(batch["old_logprobs"], scored["logprobs"], batch["loss_mask"])
                 batch["old_logprobs"] = scored["logprobs"] * batch["loss_mask"]
             if self.algorithm.needs_critic:
                 batch["old_values"] = scored["values"]
@@ -246,6 +336,8 @@ class RLTrainer:
     def _loss(self, batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         spec, algo = self.algorithm, self.config.algo
         mask, logprobs = batch["loss_mask"], outputs["logprobs"]
+        if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
+            self._gap.add(batch["old_logprobs"], logprobs.detach(), mask)
         loss, metrics = ppo_clip_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
                                       clip_eps=spec.clip_eps, aggregation=spec.aggregation,
                                       ratio_level=spec.ratio_level)
@@ -293,9 +385,8 @@ class RLTrainer:
         return {"step": step, **stats, "item_success": {item: sum(s) / len(s) for item, s in per_item.items()}}
 
     def save(self, step: int) -> None:
-        folder = self.run_dir / "checkpoints" / f"step_{step:06d}"
-        self.learner.save(folder)
-        self.tokenizer.save_pretrained(folder / "model")
+        model_dir = self.session.save(f"step_{step:06d}")
+        folder = model_dir.parent
         state = {"step": step, "torch_rng": torch.get_rng_state(), "kl_control": self.kl_control.state_dict()}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()

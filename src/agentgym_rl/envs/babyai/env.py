@@ -143,6 +143,16 @@ class BabyAIEnv(TextEnv):
             return None
         return available_actions(observe(self._mg))
 
+    def expert_action(self) -> str | None:
+        """minigrid's `BabyAIBot`, kept between turns of the episode (`expert.EpisodeExpert`)."""
+        if self._mg is None:
+            return None
+        from .expert import EpisodeExpert
+
+        if getattr(self, "_expert", None) is None:
+            self._expert = EpisodeExpert()
+        return self._expert.act(self)
+
     def close(self) -> None:
         if self._mg is not None:
             self._mg.close()

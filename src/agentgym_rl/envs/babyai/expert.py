@@ -1,4 +1,4 @@
-"""`BabyAIExpert`: minigrid's `BabyAIBot` mapped onto the text actions.
+"""The BabyAI expert (`EpisodeExpert`): minigrid's `BabyAIBot` mapped onto the text actions.
 
 Each turn:
 
@@ -29,8 +29,6 @@ The reply is ReAct text with a short templated thought.
 from __future__ import annotations
 
 import copy
-import threading
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -294,26 +292,9 @@ class _Plan:
     poses: list[tuple | None] = field(default_factory=list)
 
 
-class BabyAIExpert:
-    """Expert policy for `BabyAIEnv` (possibly wrapped): `act(env)` returns a ReAct reply.
-
-    One expert may play many environments at once (the rollout engine steps them in
-    threads): the bot kept between turns is remembered per environment.
-    """
-
-    def __init__(self) -> None:
-        self._experts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    def act(self, env) -> str:
-        base = env.unwrapped
-        with self._lock:
-            expert = self._experts.setdefault(base, _SingleEnvExpert())
-        return expert.act(env)
-
-
-class _SingleEnvExpert:
-    """The expert's memory and planning for one environment."""
+class EpisodeExpert:
+    """The expert's memory and planning for one `BabyAIEnv`, which keeps one
+    (`BabyAIEnv.expert_action`): `act(env)` returns a ReAct reply."""
 
     def __init__(self) -> None:
         self._snapshot: _Snapshot | None = None

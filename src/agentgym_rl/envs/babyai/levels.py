@@ -17,7 +17,7 @@ Categories (the reporting groups of the original benchmark):
   `GoToObjMaze*`).
 - SLoc: composed instructions with location words (`SynthLoc`, `SynthS5R2`).
 
-Levels were kept when the expert (`expert.BabyAIExpert`) solved at least 9 of their first
+Levels were kept when the expert (`expert.EpisodeExpert`) solved at least 9 of their first
 12 seeds within the 20-turn evaluation limit (34 of the 40 solve all 12). Left out: GoTo,
 GoToSeq, GoToImpUnlock, Pickup, UnblockPickup, Unlock, KeyCorridorS3R3, Synth, SynthSeq,
 MiniBossLevel and BossLevel(NoUnlock), whose large mazes or many subtasks often need more

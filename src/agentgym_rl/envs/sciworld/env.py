@@ -216,6 +216,14 @@ class SciWorldEnv(TextEnv):
         return obs, self._reward(previous, score), terminated, False, self._step_info(
             score, invalid=is_failure_message(obs), success=success)
 
+    def expert_action(self) -> str | None:
+        """The next action of the task's gold path not yet taken (`expert.SciWorldExpert`)."""
+        if self.task is None:
+            return None
+        from .expert import SciWorldExpert
+
+        return SciWorldExpert().act(self)
+
     def available_actions(self) -> list[str] | None:
         """Action templates (not the objects: the simulator would list thousands)."""
         return list(ACTION_TEMPLATES) if self.task is not None else None

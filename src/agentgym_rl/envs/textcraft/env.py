@@ -106,6 +106,14 @@ class TextCraftEnv(TextEnv):
         info = {**self._info, "success": success, "invalid_action": outcome.invalid}
         return outcome.observation, float(success), success, False, info
 
+    def expert_action(self) -> str | None:
+        """The next step of a crafting plan from the current inventory (`expert.TextCraftExpert`)."""
+        if self._goal is None:
+            return None
+        from .expert import TextCraftExpert
+
+        return TextCraftExpert().act(self)
+
     def available_actions(self) -> list[str] | None:
         """The crafting commands as shown, a `get` for each raw material they name (in the
         amount of the first command naming it) and `inventory`. Crafting commands with a

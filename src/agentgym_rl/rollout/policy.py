@@ -1,0 +1,124 @@
+"""Policies: what the rollout engine plays with, behind one protocol.
+
+- A token policy (a language model through a `Generator`) has an `encoder`: the engine builds
+  each episode's token ids with it, passes them to `act`, and keeps the generated ids, masks and
+  logprobs exactly as sampled.
+- A text policy (an environment's expert, a random baseline, a remote chat API) has none: it
+  replies in text from what the environment's API shows, so it works through any transport,
+  and the episode is kept as messages.
+
+The engine asks only for this protocol; it never checks which kind of policy it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..agent.chat import ChatEncoder
+from ..agent.generator import Generator
+from ..envs.base import TextEnv
+
+
+@dataclass
+class Reply:
+    """One reply: its text and, from a token policy, the ids generated for it.
+
+    Attributes:
+        ids: the generated ids (ending with the stop token when `finished`); empty for text.
+        logprobs: log-probability of each id under the sampling distribution.
+        finished: a stop token ended it (False: it hit the token limit).
+    """
+
+    text: str
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finished: bool = True
+
+
+class Policy(Protocol):
+    """What the rollout engine plays with.
+
+    Attributes:
+        encoder: the chat encoder of a token policy (the engine encodes conversations with it),
+            None for a text policy.
+    """
+
+    encoder: ChatEncoder | None
+
+    def reset(self) -> None:
+        """Forget state kept between `act` calls (a generator's KV cache): the engine calls it
+        when a run starts and ends, since weights may change between runs."""
+        ...
+
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+        """One reply for each active episode: `envs[i]` is its environment, `prompts[i]` its
+        token ids so far (empty lists for a text policy)."""
+        ...
+
+
+@dataclass
+class ModelPolicy:
+    """A language model acting through a `Generator`, encoded token-exactly by `encoder`."""
+
+    generator: Generator
+    encoder: ChatEncoder
+
+    def reset(self) -> None:
+        reset = getattr(self.generator, "reset", None)  # optional: a generator may keep no state
+        if reset is not None:
+            reset()
+
+    def sync_weights(self, model: Any) -> None:
+        """Sample from `model`'s weights from now on (see `Generator.sync_weights`)."""
+        self.generator.sync_weights(model)
+
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+        generations = self.generator.generate(prompts, max_new_tokens)
+        return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
+                for g in generations]
+
+
+def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True) -> ModelPolicy:
+    """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
+    stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
+    turn for the next (see `HFGenerator`, and `RolloutConfig.reuse_kv_cache`)."""
+    from ..agent.generator import HFGenerator
+
+    encoder = ChatEncoder(tokenizer)
+    generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
+                            reuse_cache=reuse_cache)
+    return ModelPolicy(generator, encoder)
+
+
+class TextPolicy:
+    """A policy that replies in text from what each environment's API returns; a subclass
+    implements `reply(env)`."""
+
+    encoder: ChatEncoder | None = None
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+        return [Reply(self.reply(env)) for env in envs]
+
+    def reply(self, env: TextEnv) -> str:
+        raise NotImplementedError
+
+
+class ScriptedPolicy(TextPolicy):
+    """Any object with `act(env) -> str` (an environment's expert, a hand-written script) as a
+    text policy."""
+
+    def __init__(self, scripted: Any):
+        self.scripted = scripted
+
+    def reply(self, env: TextEnv) -> str:
+        return self.scripted.act(env)
+
+
+def as_policy(policy: Any) -> Policy:
+    """`policy` itself when it follows the `Policy` protocol; an object with only `act(env)`
+    (a scripted expert) wrapped in `ScriptedPolicy`."""
+    return policy if hasattr(policy, "encoder") else ScriptedPolicy(policy)

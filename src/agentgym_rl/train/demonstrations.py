@@ -1,0 +1,96 @@
+"""Expert demonstrations: playing an environment's expert (in several processes), and the
+supervised warm-up on its successful episodes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from tqdm import tqdm
+
+from ..agent.chat import ChatEncoder
+from ..config import RolloutConfig, WarmupConfig
+from ..envs import registry
+from ..envs.parsing import drop_thought
+from ..envs.tasks import Task
+from ..errors import UserError
+from ..rollout.engine import RolloutEngine
+from ..rollout.trajectory import Trajectory
+from .finetune import plan_batches, prepare_sft_data, sft_epochs
+from .learner import Learner
+
+
+EPISODES_PER_PROCESS = 32
+"""Fewest expert episodes worth a process of their own (each costs a fork and sending its episodes back)."""
+
+
+def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_turns: int | None = None,
+                   rollout: RolloutConfig | None = None, env_kwargs: dict | None = None,
+                   progress: Any = None) -> list[Trajectory]:
+    """Run the environment's expert on the first `episodes` tasks of `split`.
+
+    With `rollout.expert_processes` other than 1 and enough episodes, slices of the tasks are
+    played in separate processes; the result is the same list (same order and group ids)."""
+    rollout = rollout or RolloutConfig()
+    tasks = registry.tasks(env_id, split)[:episodes]
+    horizon = max_turns or registry.spec(env_id).max_turns
+    processes = min(rollout.expert_processes or len(os.sched_getaffinity(0)), len(tasks) // EPISODES_PER_PROCESS)
+    # "fork": children inherit the registry (with envs registered at run time) and need no
+    # `if __name__ == "__main__"` guard in the caller's script; they run no torch code.
+    if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, progress)
+    # Small slices handed out as processes free up keep both the load and the progress bar even.
+    size = max(1, min(16, len(tasks) // (4 * processes)))
+    slices = [tasks[start:start + size] for start in range(0, len(tasks), size)]
+    trajectories: list[Trajectory] = []
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs) for part in slices]
+        for offset, future in zip(range(0, len(tasks), size), futures):
+            played = future.result()
+            trajectories += [replace(t, group=t.group + offset) for t in played]
+            if progress is not None:
+                progress(len(played))
+    return trajectories
+
+
+def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollout: RolloutConfig,
+                 env_kwargs: dict | None, progress: Any = None) -> list[Trajectory]:
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout)
+    return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
+
+
+def conversation_text(trajectories: list[Trajectory]) -> list[str]:
+    """Every message text, for training a tokenizer."""
+    return [m["content"] for t in trajectories for m in t.messages]
+
+
+def without_thoughts(trajectory: Trajectory) -> Trajectory:
+    """`trajectory` with each reply cut to its `Action:` line (messages only: token ids are
+    re-encoded from the messages by `prepare_sft_data`)."""
+    messages = [dict(m, content=drop_thought(m["content"])) if m["role"] == "assistant" else m
+                for m in trajectory.messages]
+    return replace(trajectory, messages=messages, input_ids=[], loss_mask=[], logprobs=[])
+
+
+def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupConfig, seed: int,
+            log: Any = print) -> None:
+    """SFT of `model` on the successful episodes among the first `warmup.episodes` of `demos`
+    (replies cut to their `Action:` line unless `warmup.thoughts`), with the warm-up's own optimizer."""
+    successes = [t for t in demos[:warmup.episodes] if t.success]
+    if not warmup.thoughts:
+        successes = [without_thoughts(t) for t in successes]
+    data, _ = prepare_sft_data(successes, warmup.max_tokens, ChatEncoder(tokenizer))
+    if not data:
+        raise UserError(f"the warm-up has no demonstration to learn from: of {len(demos[:warmup.episodes])} expert "
+                        f"episodes {len(successes)} succeeded, and none is within warmup.max_tokens={warmup.max_tokens}")
+    learner = Learner(model, warmup.optim)
+    pack_tokens = warmup.pack_tokens if warmup.packing else 0
+    batches = warmup.epochs * len(plan_batches([len(t.input_ids) for t in data], warmup.batch_size, pack_tokens))
+    with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:
+        losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
+                            progress=bar.update, pack_tokens=pack_tokens, lr_schedule=warmup.optim.lr_schedule,
+                            warmup_steps=warmup.optim.lr_warmup_steps)
+    log(f"warm-up: {len(data)} expert demonstrations, {warmup.epochs} epochs, loss {losses[0]:.3f} -> {losses[-1]:.3f}")

@@ -1,0 +1,192 @@
+"""The one assembly point of a run: every trainer starts its run here.
+
+A `Session` puts a run together from its config: the run folder (started, or resumed from a
+checkpoint), the seed, the device and dtype, the model (a local folder or the tiny model, warmed
+up on expert demonstrations, wrapped in LoRA), the learner, the metrics log, and the model's
+policies, sampling and evaluation. Trainers keep only what is their own: the data, the loss
+and the loop.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm import tqdm
+
+from ..agent.loading import load_model_and_tokenizer
+from ..agent.lora import apply_lora, load_lora
+from ..agent.tiny import build_tiny
+from ..config import EvalConfig, RunConfig
+from ..envs import registry
+from ..envs.tasks import Task
+from ..errors import UserError
+from ..eval.evaluate import evaluate
+from ..rollout.engine import RolloutEngine
+from ..rollout.policy import ModelPolicy, model_policy
+from ..rollout.trajectory import Trajectory
+from ..runs import MetricsLogger, start_run
+from .demonstrations import collect_expert, conversation_text, warm_up
+from .learner import Learner
+
+
+def resolve_device(run: RunConfig) -> torch.device:
+    """`run.device` as a torch device; "auto" is CUDA when torch sees a GPU, else the CPU."""
+    if run.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if run.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("run.device is cuda but torch sees no CUDA device (set run.device=cpu or auto)")
+    return torch.device(run.device)
+
+
+def check_model_path(model_path: str | None) -> None:
+    """Fail early (before collecting data) on a `model.path` that is not a model folder."""
+    if model_path is not None and not Path(model_path, "config.json").is_file():
+        raise UserError(f"model path {model_path!r} is not a directory with a config.json; set model.path to a "
+                        "Hugging Face model folder (e.g. a run's checkpoints/.../model) or to null for the tiny model")
+
+
+def sample_items(tasks: list[Task], count: int, seed: int, tag: str) -> list[Task]:
+    """`count` distinct tasks drawn at random: a pure function of (seed, tag)."""
+    if count > len(tasks):
+        raise UserError(f"asked for {count} items but the split has {len(tasks)}")
+    return random.Random(f"{seed}-{tag}").sample(tasks, count)
+
+
+def eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The `val/*` metrics of an evaluation summary (the RL trainer's names)."""
+    return {"val/success": summary["success"], "val/reward": summary["avg_reward"],
+            "val/turns": summary["avg_turns"], "val/invalid_action_rate": summary["invalid_action_rate"],
+            **{f"val/success/{c}": v for c, v in summary["by_category"].items()}}
+
+
+@dataclass
+class Session:
+    """A run put together: its folder, model, tokenizer, learner and metrics log.
+
+    Attributes:
+        config: the run's whole config (any of `RLConfig`, `SFTConfig`, `DPOConfig`, `RFTConfig`:
+            they share the run, env, model, rollout and optim sections).
+        learner: owns the trainable model (`learner.model`, also `model`) and the optimizer.
+    """
+
+    config: Any
+    run_dir: Path
+    model: Any
+    tokenizer: Any
+    learner: Learner
+    metrics: MetricsLogger
+    device: torch.device
+    log: Callable[[str], Any] = print
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def start(cls, config: Any, log: Callable[[str], Any] = print, corpus: Callable[[], list[str]] | None = None,
+              already_running: str = "choose a new run.name", **learner_options: Any) -> Session:
+        """Start a new run in `config.run.dir`: write its config, seed torch, load `model.path` or
+        build the tiny model, warm it up (`config.warmup`, when the config has one), wrap it in
+        LoRA (`model.lora_rank`), and make its learner.
+
+        Args:
+            corpus: the texts the tiny model's tokenizer is trained on; None plays
+                `model.corpus_episodes` expert episodes of `env.id` (those also serve the warm-up).
+            already_running: what to tell a user whose run folder already holds a run.
+            learner_options: passed to `Learner` (value_head, entropy, temperature).
+        """
+        check_model_path(config.model.path)
+        device = resolve_device(config.run)
+        run_dir = config.run.dir
+        start_run(run_dir, config, hint=already_running)
+        torch.manual_seed(config.run.seed)
+        model, tokenizer = _first_model(config, run_dir, device, corpus, log)
+        if config.model.lora_rank:
+            # The base is what the saved adapter applies to, and the reference policy (adapter off).
+            model.save_pretrained(run_dir / "lora_base")
+            tokenizer.save_pretrained(run_dir / "lora_base")
+            lora = config.model
+            model = apply_lora(model, lora.lora_rank, lora.lora_alpha, lora.lora_dropout, lora.lora_targets)
+        return cls(config, run_dir, model, tokenizer, Learner(model, config.optim, **learner_options),
+                   MetricsLogger(run_dir), device, log)
+
+    @classmethod
+    def resume(cls, config: Any, checkpoint: Path, log: Callable[[str], Any] = print,
+               **learner_options: Any) -> Session:
+        """Reopen a run at `checkpoint` (a folder of `checkpoints/`): its model (or the LoRA
+        adapter over the run's `lora_base`) and, through `learner.load_state`, its optimizer."""
+        device = resolve_device(config.run)
+        run_dir = config.run.dir
+        if config.model.lora_rank:
+            base, tokenizer = load_model_and_tokenizer(run_dir / "lora_base", config.run.dtype)
+            model = load_lora(base.to(device), checkpoint / "adapter")
+        else:
+            model, tokenizer = load_model_and_tokenizer(checkpoint / "model", config.run.dtype)
+            model = model.to(device)
+        learner = Learner(model, config.optim, **learner_options)
+        learner.load_state(checkpoint)
+        return cls(config, run_dir, model, tokenizer, learner, MetricsLogger(run_dir), device, log)
+
+    # ------------------------------------------------------------- using the model
+    def policy(self, temperature: float) -> ModelPolicy:
+        """The model as a rollout policy sampling at `temperature` (0: greedy)."""
+        return model_policy(self.model, self.tokenizer, temperature, self.config.rollout.reuse_kv_cache)
+
+    def sample(self, tasks: list[Task], samples: int, temperature: float, max_turns: int | None,
+               desc: str) -> list[Trajectory]:
+        """`samples` episodes of the model on each of `tasks` (horizon `max_turns`, None: the
+        environment's), with a progress bar; token ids exactly as sampled."""
+        env = self.config.env
+        engine = RolloutEngine(registry.env_factory(env.id, env.kwargs), self.config.rollout)
+        horizon = max_turns or registry.spec(env.id).max_turns
+        with tqdm(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
+            return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
+                              progress=bar.update)
+
+    def evaluate(self, evaluation: EvalConfig | None = None) -> dict[str, Any]:
+        """Success of the model on the first `eval.episodes` items of `env.eval_split`, exactly as
+        `agentgym-rl eval` measures it (same engine, same metrics); `evaluation` defaults to the
+        config's `eval` section."""
+        evaluation = evaluation or self.config.eval
+        env = self.config.env
+        summary, _ = evaluate(env.id, self.policy(evaluation.temperature), env.eval_split, evaluation.episodes,
+                              evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
+                              self.config.rollout, env_kwargs=env.kwargs)
+        return summary
+
+    def save(self, name: str) -> Path:
+        """Write `checkpoints/<name>/` (learner state, and `model/`, an HF folder `eval` loads);
+        returns the model folder."""
+        folder = self.run_dir / "checkpoints" / name
+        self.learner.save(folder)
+        self.tokenizer.save_pretrained(folder / "model")
+        return folder / "model"
+
+
+def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Callable[[], list[str]] | None,
+                 log: Callable[[str], Any]) -> tuple[Any, Any]:
+    """The model a new run starts from, on `device` in `run.dtype`: `model.path`, or the tiny
+    model built under `run_dir/base_model`; then the warm-up, if the config asks for one."""
+    warmup = getattr(config, "warmup", None)
+    warmup_episodes = warmup.episodes if warmup is not None else 0
+    builds_tiny = config.model.path is None
+    need = max(config.model.corpus_episodes if builds_tiny and corpus is None else 0, warmup_episodes)
+    demos: list[Trajectory] = []
+    if need:
+        env = config.env
+        with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
+            demos = collect_expert(env.id, env.train_split, need, seed=config.run.seed, rollout=config.rollout,
+                                   env_kwargs=env.kwargs, progress=bar.update)
+    path = config.model.path
+    if builds_tiny:
+        texts = corpus() if corpus is not None else conversation_text(demos[:config.model.corpus_episodes])
+        path = build_tiny(texts, run_dir / "base_model", config.model.tiny, config.run.seed)
+    model, tokenizer = load_model_and_tokenizer(path, config.run.dtype)
+    model = model.to(device)
+    if builds_tiny:
+        log(f"built the tiny model: {sum(p.numel() for p in model.parameters()):,} parameters, "
+            f"vocabulary {len(tokenizer)}")
+    if warmup_episodes:
+        warm_up(model, tokenizer, demos, warmup, config.run.seed, log)
+    return model, tokenizer

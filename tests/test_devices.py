@@ -1,0 +1,69 @@
+"""run.device and run.dtype: the model, the learner's batches and the generator's KV cache follow them.
+
+On these machines only the CPU exists, so the device checks see "cpu"; a CUDA run is the same
+code with run.device=cuda. bfloat16 on the CPU exercises the dtype path end to end.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgym_rl.config import SFTConfig, load_config
+from agentgym_rl.errors import UserError
+from agentgym_rl.rollout.trajectory import Trajectory
+from agentgym_rl.train.batch import collate
+from agentgym_rl.train.session import Session, resolve_device
+
+SMALL = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
+         "model.tiny.num_kv_heads=2", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=300"]
+CORPUS = ["Your goal: go to the red ball.", "Action: go to red ball 1", "Action: turn left"] * 30
+
+
+def session(tmp_path, *overrides, **learner_options) -> Session:
+    config = load_config(SFTConfig, None, [f"run.output_dir={tmp_path}", *SMALL, *overrides])
+    return Session.start(config, log=lambda _: None, corpus=lambda: CORPUS, **learner_options)
+
+
+def test_model_batch_and_cache_follow_bfloat16(tmp_path):
+    run = session(tmp_path, "run.dtype=bfloat16", value_head=True)
+    params = list(run.model.parameters())
+    assert {p.dtype for p in params} == {torch.bfloat16}
+    assert {p.device.type for p in params} == {"cpu"}
+    # The value head regresses returns in float32 whatever the model's dtype.
+    assert run.learner.value_head.weight.dtype == torch.float32
+
+    # Generation: the kept KV cache is in the model's dtype, on its device.
+    policy = run.policy(temperature=1.0)
+    prompt = run.tokenizer.encode("Your goal: go to the red ball.")
+    generations = policy.generator.generate([prompt, prompt[:4]], max_new_tokens=3)
+    assert all(len(g.ids) == len(g.logprobs) > 0 for g in generations)
+    keys = policy.generator._last.cache.layers[0].keys
+    assert keys.dtype == torch.bfloat16 and keys.device.type == "cpu"
+
+    # Learning: batches built on the CPU reach the model's device; log-probabilities are float32.
+    ids = prompt + generations[0].ids
+    row = Trajectory("babyai", "babyai_0", "GoTo", input_ids=ids, loss_mask=[0] * len(prompt) + [1] * len(generations[0].ids),
+                     logprobs=[0.0] * len(prompt) + generations[0].logprobs)
+    batch = collate([row], run.tokenizer.pad_token_id)
+    scored = run.learner.outputs(batch)
+    assert scored["logprobs"].dtype == torch.float32 and scored["values"].dtype == torch.float32
+    before = [p.detach().clone() for p in run.learner.parameters()]
+    run.learner.update(batch, lambda b, out: (-(out["logprobs"] * b["loss_mask"]).sum(), {}))
+    assert any(not torch.equal(a, b) for a, b in zip(before, run.learner.parameters()))
+
+
+def test_float32_is_the_default(tmp_path):
+    run = session(tmp_path)
+    assert {p.dtype for p in run.model.parameters()} == {torch.float32}
+    assert run.device == torch.device("cpu")
+
+
+def test_devices_resolve_or_fail_with_one_line():
+    config = load_config(SFTConfig, None, ["run.device=auto"])
+    assert resolve_device(config.run) == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="run.device is cuda but torch sees no CUDA device"):
+            resolve_device(load_config(SFTConfig, None, ["run.device=cuda"]).run)
+    with pytest.raises(UserError, match="input should be 'cpu', 'cuda' or 'auto'"):
+        load_config(SFTConfig, None, ["run.device=tpu"])

@@ -1,0 +1,160 @@
+"""What a run does with a user's mistakes and accidents: resuming with another config, a damaged
+checkpoint, a run folder that cannot be written, steps that update nothing; and the logprob gap
+between the generator and the learner that every RL step logs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli import run
+
+from agentgym_rl.config import RLConfig, load_config
+from agentgym_rl.errors import UserError
+from agentgym_rl.train.rl import RLTrainer, no_update_reason
+
+REPO = Path(__file__).resolve().parent.parent
+TOY = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
+       "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320", "env.id=counter", "env.kwargs={}",
+       "warmup.episodes=0", "model.corpus_episodes=6", "algo.tasks_per_step=2", "algo.group_size=3",
+       "algo.minibatch_size=4", "rollout.max_new_tokens=6", "schedule.horizons=[2]", "train.validate_every=0",
+       "train.save_every=1", "optim.micro_batch_size=2"]
+
+
+def toy_config(tmp_path, *extra: str) -> RLConfig:
+    return load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml",
+                       [*TOY, f"run.output_dir={tmp_path}", "run.name=toy", *extra])
+
+
+def test_resume_refuses_a_config_that_changes_what_the_checkpoints_hold(tmp_path, counter_env_registered):
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    changed = toy_config(tmp_path, "train.steps=2", "algo.name=ppo", "model.tiny.hidden_size=64")
+    with pytest.raises(UserError) as caught:
+        RLTrainer(changed, log=lambda _: None).fit(resume=True)
+    message = str(caught.value)
+    assert "algo.name ('grpo' -> 'ppo')" in message and "model.tiny.hidden_size (32 -> 64)" in message
+    assert "\n" not in message
+    # More steps, another learning rate or validation settings are fine to change.
+    RLTrainer(toy_config(tmp_path, "train.steps=2", "optim.lr=0.01"), log=lambda _: None).fit(resume=True)
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, counter_env_registered):
+    RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
+    latest = tmp_path / "toy" / "checkpoints" / "step_000002"
+    (latest / "learner.pt").write_bytes(b"cut short")
+    said: list[str] = []
+    RLTrainer(toy_config(tmp_path, "train.steps=3"), log=said.append).fit(resume=True)
+    assert any(line.startswith(f"warning: checkpoint {latest} cannot be loaded") for line in said)
+    assert any("resumed from" in line and "step_000001" in line for line in said)
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]  # step 2 was trained again, then step 3
+
+
+def test_resuming_a_run_without_a_checkpoint_says_why(tmp_path, counter_env_registered):
+    RLTrainer(toy_config(tmp_path, "train.steps=1", "train.save_every=5"), log=lambda _: None).fit()
+    for folder in (tmp_path / "toy" / "checkpoints").iterdir():  # as if it stopped before its first save
+        for path in sorted(folder.rglob("*"), reverse=True):
+            path.rmdir() if path.is_dir() else path.unlink()
+        folder.rmdir()
+    with pytest.raises(UserError, match="has no checkpoint yet"):
+        RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit(resume=True)
+    # A run that never started is simply started.
+    said: list[str] = []
+    RLTrainer(toy_config(tmp_path, "run.name=fresh", "train.steps=1"), log=said.append).fit(resume=True)
+    assert any("starting it" in line for line in said)
+
+
+def test_an_unwritable_run_folder_is_reported_before_any_work(tmp_path):
+    # A file where the run folder's parent should be: unwritable even for root.
+    (tmp_path / "runs").write_text("not a folder")
+    result = run("train", str(REPO / "configs" / "babyai_grpo.yaml"), f"run.output_dir={tmp_path / 'runs'}")
+    assert result.returncode == 2
+    assert "cannot write the run folder" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_nearly_full_disk_is_reported_before_any_work(tmp_path, monkeypatch):
+    import shutil
+
+    from agentgym_rl import runs
+
+    monkeypatch.setattr(runs.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 5 * 2**20))
+    with pytest.raises(UserError, match="only 5 MiB are free on the disk"):
+        runs.start_run(tmp_path / "run", toy_config(tmp_path))
+
+
+def test_steps_that_update_nothing_say_why_and_are_counted(tmp_path, counter_env_registered):
+    """A context limit shorter than the first observation ends every episode before the model
+    replies: no step has anything to train on, and each says so."""
+    said: list[str] = []
+    RLTrainer(toy_config(tmp_path, "train.steps=3", "rollout.max_context=8"), log=said.append).fit()
+    for step in (1, 2, 3):
+        assert f"step {step}: no update: no rollout has a trained token" in "\n".join(said)
+    assert said[-1].startswith("3 of 3 steps updated nothing (steps 1, 2, 3)")
+
+
+@pytest.mark.parametrize("metrics,expected", [
+    ({"update/trajectories": 0}, "no rollout has a trained token"),
+    ({"update/trajectories": 0, "adv/num_groups": 8.0, "adv/zero_var_group_frac": 1.0},
+     "the rewards tie within each of the 8 groups"),
+    ({"update/trajectories": 5, "update/skipped_steps": 2.0, "update/optimizer_steps": 2},
+     "the algo.max_kl guard skipped all 2 optimizer steps"),
+    ({"update/trajectories": 5, "update/skipped_steps": 1.0, "update/optimizer_steps": 2}, None),
+])
+def test_no_update_reason(metrics, expected):
+    reason = no_update_reason(metrics)
+    assert reason == expected if expected is None else expected in reason
+
+
+@pytest.mark.parametrize("recompute", [True, False])
+def test_generator_and_learner_logprobs_agree_on_cpu_float32(tmp_path, counter_env_registered, recompute):
+    """The generator's logprobs (KV-cached, left-padded batches) and the learner's (one
+    right-padded forward) score the same tokens: their gap is logged every step that updates
+    and is ~0 here; measured over all kept rows when the learner recomputes old logprobs, over
+    the first minibatch otherwise."""
+    RLTrainer(toy_config(tmp_path, "train.steps=3", "algo.temperature=0.7", "algo.group_size=4",
+                         f"algo.recompute_old_logprobs={str(recompute).lower()}"), log=lambda _: None).fit()
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    updated = [r for r in rows if r["update/trajectories"] > 0]
+    assert updated, "no step updated: the gap was never measured"
+    for row in updated:
+        assert 0 <= row["rollout/logprob_gap_mean"] <= row["rollout/logprob_gap_max"] < 1e-4
+
+
+def test_a_generator_with_its_own_model_copy_is_kept_in_sync(tmp_path, counter_env_registered, monkeypatch):
+    """The learner's and the generator's models may be distinct objects (another device, dtype
+    or engine): after every update the trainer syncs the generator's copy, so the next step's
+    rollouts sample the updated weights and the logprob gap stays ~0 (without the sync it grows
+    to the size of the update)."""
+    import copy
+
+    import torch
+
+    from agentgym_rl.agent.generator import HFGenerator
+    from agentgym_rl.rollout.policy import ModelPolicy
+    from agentgym_rl.train.session import Session
+
+    copies, shared_model_policy = [], Session.policy
+
+    def policy_with_own_copy(self, temperature):
+        policy = shared_model_policy(self, temperature)
+        model = copy.deepcopy(self.model)
+        copies.append(model)
+        generator = policy.generator
+        return ModelPolicy(HFGenerator(model, generator.pad_id, generator.stop_ids, temperature), policy.encoder)
+
+    monkeypatch.setattr(Session, "policy", policy_with_own_copy)
+    trainer = RLTrainer(toy_config(tmp_path, "train.steps=4", "algo.group_size=4", "optim.lr=0.01"),
+                        log=lambda _: None)
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["update/trajectories"] > 0 for r in rows[:-1]), "no update before the last step"
+    assert all(r["rollout/logprob_gap_max"] < 1e-4 for r in rows if "rollout/logprob_gap_max" in r)
+    learner = dict(trainer.learner.model.named_parameters())
+    for model in copies:
+        assert model is not trainer.learner.model
+        for name, param in model.named_parameters():
+            assert torch.equal(param, learner[name]), name
