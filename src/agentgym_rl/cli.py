@@ -143,10 +143,15 @@ def eval_command(
         save_trajectories(episodes_run, trajectories)
 
 
+# The trainers' commands: a YAML config and key.sub=value overrides of it.
+CONFIG = typer.Argument(..., help="YAML config (see configs/).")
+CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")
+
+
 @app.command()
 def train(
-    config: Path = typer.Argument(..., help="YAML config (see configs/)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
+    config: Path = CONFIG,
+    overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
 ) -> None:
     """Train with online RL (GRPO + ScalingInter-RL by default)."""
@@ -234,8 +239,8 @@ def collect(
 
 @app.command()
 def sft(
-    config: Path = typer.Argument(..., help="YAML config (e.g. configs/babyai_sft.yaml)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
+    config: Path = CONFIG,
+    overrides: Optional[List[str]] = CONFIG_OVERRIDES,
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
     from .config import SFTConfig, load_config
@@ -247,8 +252,8 @@ def sft(
 
 @app.command()
 def dpo(
-    config: Path = typer.Argument(..., help="YAML config (e.g. configs/babyai_dpo.yaml)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
+    config: Path = CONFIG,
+    overrides: Optional[List[str]] = CONFIG_OVERRIDES,
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
     from .config import DPOConfig, load_config
@@ -262,8 +267,8 @@ def dpo(
 
 @app.command()
 def rft(
-    config: Path = typer.Argument(..., help="YAML config (e.g. configs/babyai_rft.yaml)."),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides."),
+    config: Path = CONFIG,
+    overrides: Optional[List[str]] = CONFIG_OVERRIDES,
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
     from .config import RFTConfig, load_config

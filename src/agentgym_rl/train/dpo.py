@@ -38,10 +38,10 @@ from ..errors import UserError
 from ..rollout.formats import load_conversations
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .batch import TokenBatch, collate
+from .finetune import prepare_sft_data
 from .learner import Learner, is_lora
 from .pairs import PairStats, build_pairs
-from .finetune import prepare_sft_data
-from .session import Session, check_model_path, eval_metrics, sample_items
+from .session import Session, Trainer, eval_metrics, sample_items
 
 Pair = tuple[Trajectory, Trajectory]
 
@@ -92,20 +92,10 @@ def make_loss(beta: float, label_smoothing: float) -> Callable[[TokenBatch, dict
     return loss
 
 
-class DPOTrainer:
-    """DPO of one policy on pairs of its own (or a file's) trajectories.
+class DPOTrainer(Trainer):
+    """DPO of one policy on pairs of its own (or a file's) trajectories."""
 
-    Args:
-        config: the run's config.
-        log: where progress lines go.
-    """
-
-    def __init__(self, config: DPOConfig, log: Callable[[str], Any] = print):
-        self.config = config
-        self.log = log
-        registry.spec(config.env.id)
-        check_model_path(config.model.path)
-        self.run_dir = config.run.dir
+    config: DPOConfig
 
     def make_pairs(self, trajectories: list[Trajectory], source: str) -> list[Pair]:
         p = self.config.pairs

@@ -28,7 +28,7 @@ from ..config import RFTConfig
 from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
-from .session import Session, check_model_path, eval_metrics, sample_items
+from .session import Session, Trainer, eval_metrics, sample_items
 
 
 def keep_successes(trajectories: list[Trajectory], dedupe: bool) -> list[Trajectory]:
@@ -46,22 +46,12 @@ def keep_successes(trajectories: list[Trajectory], dedupe: bool) -> list[Traject
     return kept
 
 
-class RFTTrainer:
-    """Rounds of sample → keep successes → fine-tune → evaluate.
-
-    Args:
-        config: the run's config.
-        log: where progress lines go.
-    """
+class RFTTrainer(Trainer):
+    """Rounds of sample → keep successes → fine-tune → evaluate."""
 
     def __init__(self, config: RFTConfig, log: Callable[[str], Any] = print):
-        self.config = config
-        self.log = log
-        registry.spec(config.env.id)
+        super().__init__(config, log)
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
-        registry.tasks(config.env.id, config.env.eval_split)
-        check_model_path(config.model.path)
-        self.run_dir = config.run.dir
 
     def fit(self) -> list[dict[str, Any]]:
         """Run every round; returns one record per round (round 0 = the start) with the

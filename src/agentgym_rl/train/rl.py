@@ -28,7 +28,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, checkpoints, holds_run
 from .batch import TokenBatch, collate, right_token_positions
-from .session import Session
+from .session import Session, Trainer
 
 
 RESUME_KEYS = ("env.id", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
@@ -95,18 +95,11 @@ def no_update_reason(metrics: dict[str, float]) -> str | None:
     return None
 
 
-class RLTrainer:
-    """Trains a policy on one environment with a registered advantage estimator.
-
-    Args:
-        config: the whole run's config.
-        log: where progress lines go (print by default).
-    """
+class RLTrainer(Trainer):
+    """Trains a policy on one environment with a registered advantage estimator."""
 
     def __init__(self, config: RLConfig, log: Callable[[str], Any] = print):
-        self.config = config
-        self.log = log
-        registry.spec(config.env.id)
+        super().__init__(config, log)
         self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
@@ -116,9 +109,6 @@ class RLTrainer:
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
-        if config.model.path is not None and not Path(config.model.path, "config.json").is_file():
-            raise UserError(f"model path {config.model.path!r} is not a directory with a config.json")
-        self.run_dir = config.run.dir
         self._gap, self._gap_in_loss = LogprobGap(), False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.eval.episodes]

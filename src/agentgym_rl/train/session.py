@@ -49,6 +49,24 @@ def check_model_path(model_path: str | None) -> None:
                         "Hugging Face model folder (e.g. a run's checkpoints/.../model) or to null for the tiny model")
 
 
+class Trainer:
+    """What every trainer starts with: its config, checked as far as it can be before any work
+    (the environment and its splits, the model folder), and where progress lines go.
+
+    Args:
+        config: the run's whole config.
+        log: where progress lines go (print by default).
+    """
+
+    def __init__(self, config: Any, log: Callable[[str], Any] = print):
+        registry.spec(config.env.id)
+        registry.tasks(config.env.id, config.env.train_split)
+        if config.eval.episodes:
+            registry.tasks(config.env.id, config.env.eval_split)
+        check_model_path(config.model.path)
+        self.config, self.log, self.run_dir = config, log, config.run.dir
+
+
 def sample_items(tasks: list[Task], count: int, seed: int, tag: str) -> list[Task]:
     """`count` distinct tasks drawn at random: a pure function of (seed, tag)."""
     if count > len(tasks):

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 from tqdm import tqdm
 
 from ..agent.chat import ChatEncoder
 from ..config import SFTConfig
-from ..envs import registry
 from ..errors import UserError
 from ..rollout.formats import load_conversations, sft_messages
 from ..rollout.trajectory import Trajectory
 from .demonstrations import collect_expert, conversation_text
 from .finetune import SFTDataStats, plan_batches, prepare_sft_data, sft_epochs
-from .session import Session, check_model_path, eval_metrics
+from .session import Session, Trainer, eval_metrics
 
 
 def no_data_error(source: str, stats: SFTDataStats, max_tokens: int) -> UserError:
@@ -37,25 +36,10 @@ def no_data_error(source: str, stats: SFTDataStats, max_tokens: int) -> UserErro
                      + "; ".join(hints or ["none were given"]))
 
 
-class SFTTrainer:
-    """Supervised fine-tuning of one model on one dataset.
+class SFTTrainer(Trainer):
+    """Supervised fine-tuning of one model on one dataset."""
 
-    Args:
-        config: the run's config.
-        log: where progress lines go.
-    """
-
-    def __init__(self, config: SFTConfig, log: Callable[[str], Any] = print):
-        self.config = config
-        self.log = log
-        data = config.data
-        registry.spec(config.env.id)
-        if data.path is None:
-            registry.tasks(config.env.id, config.env.train_split)
-        if config.eval.episodes:
-            registry.tasks(config.env.id, config.env.eval_split)
-        check_model_path(config.model.path)
-        self.run_dir = config.run.dir
+    config: SFTConfig
 
     def load_data(self) -> tuple[list[Trajectory], str]:
         """The conversations and a description of their source (for messages)."""
