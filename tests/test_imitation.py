@@ -3,6 +3,7 @@ collect → sft → eval, dpo and rft commands end to end with a very small mode
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -170,15 +171,15 @@ def test_packed_rows_score_each_document_as_if_alone(tiny_tokenizer):
     pad = tiny_tokenizer.pad_token_id
     plain = collate(docs, pad)
     packed = collate_packed([[docs[0], docs[1]], [docs[2]]], pad)
-    assert packed["segment_ids"][0].tolist() == [1] * 7 + [2] * 3
-    assert packed["position_ids"][0].tolist() == list(range(7)) + list(range(3))
+    assert packed.segment_ids[0].tolist() == [1] * 7 + [2] * 3
+    assert packed.position_ids[0].tolist() == list(range(7)) + list(range(3))
     with torch.no_grad():
         alone, together = token_logprobs(model, plain), token_logprobs(model, packed)
     assert torch.allclose(together[0, 1:7], alone[0, 1:7], atol=1e-5)
     assert torch.allclose(together[0, 8:10], alone[1, 1:3], atol=1e-5)   # doc 2 starts at 7
     assert torch.allclose(together[1, 1:5], alone[2, 1:5], atol=1e-5)
     # Attention crossing documents would change doc 2's logprobs: the mask matters.
-    no_mask = {k: v for k, v in packed.items() if k not in ("segment_ids", "position_ids")}
+    no_mask = dataclasses.replace(packed, segment_ids=None, position_ids=None)
     with torch.no_grad():
         crossing = token_logprobs(model, no_mask)
     assert not torch.allclose(crossing[0, 8:10], alone[1, 1:3], atol=1e-3)

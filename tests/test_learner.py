@@ -27,8 +27,8 @@ def test_token_logprobs_are_aligned_with_the_predicted_token(tiny_tokenizer):
     model = build_model(tiny_tokenizer, SMALL)
     batch = _batch(tiny_tokenizer)
     out = token_logprobs(model, batch)
-    logits = model(input_ids=batch["input_ids"][:1, :3]).logits
-    expected = torch.log_softmax(logits[0, 1], -1)[batch["input_ids"][0, 2]]
+    logits = model(input_ids=batch.input_ids[:1, :3]).logits
+    expected = torch.log_softmax(logits[0, 1], -1)[batch.input_ids[0, 2]]
     assert out[0, 0] == 0 and torch.allclose(out[0, 2], expected, atol=1e-5)
 
 
@@ -39,8 +39,8 @@ def test_a_right_padded_batch_is_scored_as_each_row_alone(tiny_tokenizer):
     batch = _batch(tiny_tokenizer)
     with torch.no_grad():
         scored = token_logprobs(model, batch)
-        for row, length in enumerate(batch["attention_mask"].sum(1).tolist()):
-            alone = token_logprobs(model, {k: v[row:row + 1, :length] for k, v in batch.items()})
+        for row, length in enumerate(batch.attention_mask.sum(1).tolist()):
+            alone = token_logprobs(model, batch.select([row]))
             assert torch.allclose(scored[row, :length], alone[0], atol=1e-5)
 
 
@@ -50,9 +50,9 @@ def test_right_logprobs_are_the_log_total_probability_of_the_listed_tokens(tiny_
                                wrong_tokens=[3], right_tokens=[[20, 21]]),
                     Trajectory("e", "e_1", "c", input_ids=[5, 6, 7], loss_mask=[0, 1, 1])]
     batch = collate(trajectories, tiny_tokenizer.pad_token_id, right_tokens=True)
-    assert batch["right_ids"].shape == (2, 5, 2) and batch["right_ids"][0, 3].tolist() == [20, 21]
+    assert batch.right_ids.shape == (2, 5, 2) and batch.right_ids[0, 3].tolist() == [20, 21]
     out = token_outputs(model, batch)
-    probs = torch.softmax(model(input_ids=batch["input_ids"][:1, :3]).logits[0, 2], -1)  # predicts token 3
+    probs = torch.softmax(model(input_ids=batch.input_ids[:1, :3]).logits[0, 2], -1)  # predicts token 3
     assert torch.allclose(out["right_logprobs"][0, 3], (probs[20] + probs[21]).log(), atol=1e-5)
     # Elsewhere 0, and no NaN flows back from the positions that list nothing.
     assert out["right_logprobs"][0, :3].eq(0).all() and out["right_logprobs"][1].eq(0).all()
@@ -87,9 +87,9 @@ def test_micro_batches_accumulate_to_the_full_batch_step(tiny_tokenizer):
 def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_tokenizer):
     batch = _batch(tiny_tokenizer)  # row lengths 5, 3, 4, 2
     assert [rows for rows, _ in micro_batches(batch, 2)] == [[3, 1], [2, 0]]
-    assert [micro["input_ids"].shape[1] for _, micro in micro_batches(batch, 2)] == [3, 5]
+    assert [micro.input_ids.shape[1] for _, micro in micro_batches(batch, 2)] == [3, 5]
     model = build_model(tiny_tokenizer, SMALL).eval()
-    real = batch["attention_mask"]
+    real = batch.attention_mask
     scored = Learner(model, OptimConfig(micro_batch_size=2)).logprobs(batch) * real
     with torch.no_grad():
         whole = token_logprobs(model, batch) * real

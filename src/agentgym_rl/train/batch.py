@@ -1,60 +1,104 @@
-"""Padding trajectories into tensors for the learner."""
+"""The learner's batch: trajectories padded into tensors, typed from collate to loss."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 
 from ..rollout.trajectory import Trajectory
 
-TokenBatch = dict[str, torch.Tensor]
+
+@dataclass
+class TokenBatch:
+    """B right-padded token rows of width T (K: the most right tokens listed at one position).
+
+    Built by `collate` (or `packing.collate_packed`); a trainer fills the optional fields its
+    loss reads. Every tensor's first dimension is the row, so `rows` and `select` cut them all.
+
+    Attributes:
+        input_ids: (B, T) long; padding is the pad id.
+        attention_mask: (B, T) long, 1 on real tokens.
+        loss_mask: (B, T) float, 1 on the tokens trained on (the policy's own replies).
+        old_logprobs: (B, T) float, log-probabilities of the policy that sampled the tokens
+            (the generator's, or the learner's when it recomputes them), 0 off the loss mask.
+        advantages: (B, T) float, per-token advantages (RL).
+        returns: (B, T) float, value targets (PPO's critic).
+        old_values: (B, T) float, the critic's values before the update (PPO's value clip).
+        ref_logprobs: (B, T) float, the reference policy's log-probabilities (a KL term).
+        right_ids: (B, T, K) long: at a rejected reply's wrong token, the tokens that would have
+            continued a listed action; -1 everywhere else (the right-token loss).
+        segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding).
+        position_ids: (B, T) long, a packed batch's positions, restarting at every document.
+        ref_sequence_logprobs: (B,) float, log π_ref(row) summed over the loss mask (DPO).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    right_ids: torch.Tensor | None = None
+    segment_ids: torch.Tensor | None = None
+    position_ids: torch.Tensor | None = None
+    ref_sequence_logprobs: torch.Tensor | None = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The fields that are set."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+    def rows(self, index: torch.Tensor | list[int]) -> TokenBatch:
+        """The rows `index` of every field, at full width."""
+        return dataclasses.replace(self, **{k: v[index] for k, v in self.tensors().items()})
+
+    def select(self, index: torch.Tensor | list[int]) -> TokenBatch:
+        """The rows `index`, every (B, T, ...) field trimmed to their longest row."""
+        picked = self.rows(index)
+        width = int(picked.attention_mask.sum(1).max().item()) if len(picked.attention_mask) else 0
+        return dataclasses.replace(picked, **{k: v[:, :width] for k, v in picked.tensors().items() if v.dim() >= 2})
+
+    def to(self, device: torch.device) -> TokenBatch:
+        return dataclasses.replace(self, **{k: v.to(device, non_blocking=True) for k, v in self.tensors().items()})
+
+    @property
+    def size(self) -> int:
+        return self.input_ids.shape[0]
+
+    def right_token_positions(self) -> torch.Tensor:
+        """(B, T) bool: the positions that list right tokens (none without `right_ids`)."""
+        if self.right_ids is None:
+            return torch.zeros_like(self.loss_mask, dtype=torch.bool)
+        return (self.right_ids >= 0).any(-1)
 
 
 def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = False) -> TokenBatch:
-    """Right-pad token records into a batch.
-
-    Returns:
-        input_ids (B, T) long, attention_mask (B, T) long, loss_mask (B, T) float,
-        old_logprobs (B, T) float (behaviour logprobs, 0 off the mask); with `right_tokens`,
-        also right_ids (B, T, K) long: at each of a row's `wrong_tokens`, its `right_tokens`,
-        padded with -1 (everywhere else -1; K >= 1 is the largest set).
-    """
+    """Right-pad token records into a batch; with `right_tokens`, also `right_ids` from each
+    row's `wrong_tokens` and `right_tokens`."""
     if not trajectories:
         raise ValueError("cannot collate an empty list of trajectories")
-    width = max(len(t.input_ids) for t in trajectories)
-    batch = {
-        "input_ids": torch.full((len(trajectories), width), pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros((len(trajectories), width), dtype=torch.long),
-        "loss_mask": torch.zeros((len(trajectories), width)),
-        "old_logprobs": torch.zeros((len(trajectories), width)),
-    }
+    shape = (len(trajectories), max(len(t.input_ids) for t in trajectories))
+    batch = TokenBatch(input_ids=torch.full(shape, pad_id, dtype=torch.long),
+                       attention_mask=torch.zeros(shape, dtype=torch.long),
+                       loss_mask=torch.zeros(shape), old_logprobs=torch.zeros(shape))
     for row, t in enumerate(trajectories):
         n = len(t.input_ids)
-        batch["input_ids"][row, :n] = torch.tensor(t.input_ids, dtype=torch.long)
-        batch["attention_mask"][row, :n] = 1
-        batch["loss_mask"][row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
+        batch.input_ids[row, :n] = torch.tensor(t.input_ids, dtype=torch.long)
+        batch.attention_mask[row, :n] = 1
+        batch.loss_mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
         if t.logprobs:
-            batch["old_logprobs"][row, :n] = torch.tensor(t.logprobs, dtype=torch.float)
+            batch.old_logprobs[row, :n] = torch.tensor(t.logprobs, dtype=torch.float)
     if right_tokens:
         most = max([len(ids) for t in trajectories for ids in t.right_tokens] + [1])
-        batch["right_ids"] = torch.full((len(trajectories), width, most), -1, dtype=torch.long)
+        batch.right_ids = torch.full((*shape, most), -1, dtype=torch.long)
         for row, t in enumerate(trajectories):
             for position, ids in zip(t.wrong_tokens, t.right_tokens):
-                batch["right_ids"][row, position, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+                batch.right_ids[row, position, :len(ids)] = torch.tensor(ids, dtype=torch.long)
     return batch
-
-
-def right_token_positions(batch: TokenBatch) -> torch.Tensor:
-    """(B, T) bool: the positions of a `collate(..., right_tokens=True)` batch that list right tokens."""
-    return (batch["right_ids"] >= 0).any(-1)
-
-
-def select(batch: TokenBatch, rows: torch.Tensor | list[int]) -> TokenBatch:
-    """The rows `rows` of every (B, ...) tensor, (B, T, ...) ones trimmed to their longest sequence."""
-    picked = {k: v[rows] for k, v in batch.items()}
-    width = int(picked["attention_mask"].sum(1).max().item()) if len(picked["attention_mask"]) else 0
-    return {k: (v[:, :width] if v.dim() >= 2 else v) for k, v in picked.items()}
 
 
 def micro_batches(batch: TokenBatch, size: int) -> Iterator[tuple[list[int], TokenBatch]]:
@@ -63,8 +107,8 @@ def micro_batches(batch: TokenBatch, size: int) -> Iterator[tuple[list[int], Tok
     Rows are taken in order of length, so rows of similar length share a micro-batch: in
     multi-turn data lengths vary several-fold and padding would be most of the work.
     """
-    lengths = batch["attention_mask"].sum(1).tolist()
+    lengths = batch.attention_mask.sum(1).tolist()
     order = sorted(range(len(lengths)), key=lambda row: lengths[row])
     for start in range(0, len(order), size):
         rows = order[start:start + size]
-        yield rows, select(batch, rows)
+        yield rows, batch.select(rows)

@@ -72,11 +72,11 @@ def no_pairs_error(trajectories: list[Trajectory], stats: PairStats, config: DPO
 
 
 def pair_batch(pairs: list[Pair], reference: dict[int, float], pad_id: int) -> TokenBatch:
-    """Rows chosen₀, rejected₀, chosen₁, rejected₁, ... (B = 2·pairs) plus "ref_logprob" (B,):
-    interleaved so that a micro-batch of even size holds whole pairs."""
+    """Rows chosen₀, rejected₀, chosen₁, rejected₁, ... (B = 2·pairs) with their reference
+    log-probabilities: interleaved so that a micro-batch of even size holds whole pairs."""
     rows = [t for pair in pairs for t in pair]
     batch = collate(rows, pad_id)
-    batch["ref_logprob"] = torch.tensor([reference[id(t)] for t in rows])
+    batch.ref_sequence_logprobs = torch.tensor([reference[id(t)] for t in rows])
     return batch
 
 
@@ -84,8 +84,8 @@ def make_loss(beta: float, label_smoothing: float) -> Callable[[TokenBatch, dict
     """The Learner loss of interleaved pair rows: DPO on per-trajectory summed logprobs."""
 
     def loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        policy = sequence_logprob(outputs["logprobs"], batch["loss_mask"])  # (B,)
-        ref = batch["ref_logprob"]
+        policy = sequence_logprob(outputs["logprobs"], batch.loss_mask)  # (B,)
+        ref = batch.ref_sequence_logprobs
         return dpo_loss(policy[0::2], policy[1::2], ref[0::2], ref[1::2], beta=beta,
                         label_smoothing=label_smoothing)
 
@@ -125,7 +125,7 @@ class DPOTrainer(Trainer):
             rows = trajectories[start:start + chunk]
             batch = collate(rows, pad_id)
             logprobs = learner.outputs(batch, reference=reference)["logprobs"]
-            for t, value in zip(rows, sequence_logprob(logprobs, batch["loss_mask"]).tolist()):
+            for t, value in zip(rows, sequence_logprob(logprobs, batch.loss_mask).tolist()):
                 out[id(t)] = value
         return out
 

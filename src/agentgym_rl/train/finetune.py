@@ -111,7 +111,7 @@ def prepare_sft_data(trajectories: list[Trajectory], max_tokens: int,
 
 def nll_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over loss-mask tokens; outputs["logprobs"]: (B, T)."""
-    loss = -masked_mean(outputs["logprobs"], batch["loss_mask"])
+    loss = -masked_mean(outputs["logprobs"], batch.loss_mask)
     return loss, {}
 
 
@@ -223,7 +223,7 @@ def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: in
                 if on_step is not None:
                     on_step({**metrics, "epoch": epoch + 1, "lr": base_lrs[0] * factor,
                              "conversations": sum(len(row) for row in rows),
-                             "tokens": float(batch["loss_mask"].sum())})
+                             "tokens": float(batch.loss_mask.sum())})
                 if progress is not None:
                     progress(1)
             epoch_losses.append(sum(losses) / max(len(losses), 1))

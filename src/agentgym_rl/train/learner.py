@@ -4,6 +4,7 @@ log-probabilities and values, updates, checkpoints."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
@@ -39,7 +40,7 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
     so that PPO's ratio compares the sampling policy with itself.
 
-    A batch with "segment_ids" and "position_ids" (`packing.collate_packed`) is packed: each
+    A batch with `segment_ids` and `position_ids` (`packing.collate_packed`) is packed: each
     row holds several documents and token t sees only the earlier tokens of its own one (at a
     document's first token the "logprob" is a cross-document guess: keep it off the loss mask).
 
@@ -48,29 +49,28 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         "values": (B, T) with out[:, t] = V(ids[:t]), the value of the state in which token t
             is chosen (same alignment as the logprobs), out[:, 0] = 0;
         "entropy": (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0;
-        "right_logprobs" (when the batch has "right_ids", (B, T, K) with -1 padding): (B, T)
+        "right_logprobs" (when the batch has `right_ids`, (B, T, K) with -1 padding): (B, T)
             log of the probability that token t is one of right_ids[:, t], 0 where it has none.
     """
-    if "segment_ids" in batch:
+    if batch.segment_ids is not None:
         # A packed batch (`train.packing`): attention stays inside each document.
         dtype = next(model.parameters()).dtype
-        inputs = {"attention_mask": block_causal_mask(batch["segment_ids"], dtype),
-                  "position_ids": batch["position_ids"]}
-    elif is_right_padded(batch["attention_mask"]):
+        inputs = {"attention_mask": block_causal_mask(batch.segment_ids, dtype), "position_ids": batch.position_ids}
+    elif is_right_padded(batch.attention_mask):
         # Under a causal mask a real token attends only to earlier positions, all real when the
         # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA
         # runs its causal kernel instead of materialising a (B, 1, T, T) mask: a GRPO update on
         # BabyAI rollouts of 400-3,100 tokens took 20.7 s instead of 34.5 s in micro-batches of 8.
         inputs = {}
     else:
-        inputs = {"attention_mask": batch["attention_mask"]}
-    result = model(input_ids=batch["input_ids"], **inputs, output_hidden_states=value_head is not None)
+        inputs = {"attention_mask": batch.attention_mask}
+    result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None)
     logits = result.logits[:, :-1].float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
-    picked = logprobs.gather(-1, batch["input_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+    picked = logprobs.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     out = {"logprobs": _shift(picked)}
-    if "right_ids" in batch:
-        right = batch["right_ids"][:, 1:]
+    if batch.right_ids is not None:
+        right = batch.right_ids[:, 1:]
         listed = right >= 0
         each = torch.where(listed, logprobs.gather(-1, right.clamp(min=0)), float("-inf"))
         # A last column of log 1 where nothing is listed makes the result 0 there, not a -inf
@@ -130,10 +130,6 @@ class Learner:
         """Where the model's parameters, and so every batch it scores, live."""
         return next(self.model.parameters()).device
 
-    def to_device(self, batch: TokenBatch) -> TokenBatch:
-        """`batch` with its tensors on the model's device (batches are built on the CPU)."""
-        return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-
     def parameters(self) -> list[torch.nn.Parameter]:
         """The trainable parameters: the model's (all, or the LoRA adapter's) and the value head's."""
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -154,16 +150,16 @@ class Learner:
         head = self.value_head if model is None and not reference else None
         was_training = scorer.training
         scorer.eval()
-        shape = batch["input_ids"].shape
+        shape = batch.input_ids.shape
         out = {"logprobs": torch.zeros(shape)}
         if head is not None:
             out["values"] = torch.zeros(shape)
         with self.model.disable_adapter() if reference else nullcontext():
             # Only logprobs and values are scored here (the right-token term is a loss only).
-            scored = {k: v for k, v in batch.items() if k != "right_ids"}
+            scored = dataclasses.replace(batch, right_ids=None)
             for rows, micro in micro_batches(scored, self.config.micro_batch_size):
-                width = micro["input_ids"].shape[1]
-                micro = self.to_device(micro)
+                width = micro.input_ids.shape[1]
+                micro = micro.to(self.device)  # batches are built on the CPU
                 for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
                     out[key][rows, :width] = value.cpu()
         scorer.train(was_training)
@@ -191,12 +187,12 @@ class Learner:
         """
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = batch["loss_mask"].sum() if weight_by == "tokens" else batch["loss_mask"].shape[0]
+        total = batch.loss_mask.sum() if weight_by == "tokens" else batch.size
         total = max(float(total), 1.0)
         summed: dict[str, float] = {}
         for _, micro in micro_batches(batch, self.config.micro_batch_size):
-            micro = self.to_device(micro)
-            share = float(micro["loss_mask"].sum() if weight_by == "tokens" else micro["loss_mask"].shape[0]) / total
+            micro = micro.to(self.device)
+            share = float(micro.loss_mask.sum() if weight_by == "tokens" else micro.size) / total
             if share == 0.0:
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,

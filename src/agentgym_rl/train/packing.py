@@ -64,26 +64,23 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
         raise ValueError("cannot collate an empty row")
     width = max(sum(len(t.input_ids) for t in row) for row in rows)
     shape = (len(rows), width)
-    batch = {
-        "input_ids": torch.full(shape, pad_id, dtype=torch.long),
-        "attention_mask": torch.zeros(shape, dtype=torch.long),
-        "loss_mask": torch.zeros(shape),
-        "old_logprobs": torch.zeros(shape),
-        "segment_ids": torch.zeros(shape, dtype=torch.long),
-        "position_ids": torch.zeros(shape, dtype=torch.long),
-    }
+    batch = TokenBatch(input_ids=torch.full(shape, pad_id, dtype=torch.long),
+                       attention_mask=torch.zeros(shape, dtype=torch.long),
+                       loss_mask=torch.zeros(shape), old_logprobs=torch.zeros(shape),
+                       segment_ids=torch.zeros(shape, dtype=torch.long),
+                       position_ids=torch.zeros(shape, dtype=torch.long))
     for r, row in enumerate(rows):
         start = 0
         for d, t in enumerate(row, start=1):
             n = len(t.input_ids)
             span = slice(start, start + n)
-            batch["input_ids"][r, span] = torch.tensor(t.input_ids, dtype=torch.long)
-            batch["attention_mask"][r, span] = 1
-            batch["loss_mask"][r, span] = torch.tensor(t.loss_mask, dtype=torch.float)
+            batch.input_ids[r, span] = torch.tensor(t.input_ids, dtype=torch.long)
+            batch.attention_mask[r, span] = 1
+            batch.loss_mask[r, span] = torch.tensor(t.loss_mask, dtype=torch.float)
             if t.logprobs:
-                batch["old_logprobs"][r, span] = torch.tensor(t.logprobs, dtype=torch.float)
-            batch["segment_ids"][r, span] = d
-            batch["position_ids"][r, span] = torch.arange(n)
+                batch.old_logprobs[r, span] = torch.tensor(t.logprobs, dtype=torch.float)
+            batch.segment_ids[r, span] = d
+            batch.position_ids[r, span] = torch.arange(n)
             start += n
     return batch
 

@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..algos import (KL, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss,
-                     kl_loss, make_kl_controller, outcome_token_rewards, penalize_tokens,
-                     ppo_clip_loss, right_token_loss, value_clip_loss)
+from ..algos import (KL, LOSS, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss, kl_loss,
+                     make_kl_controller, outcome_token_rewards, penalize_tokens, right_token_loss)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..errors import UserError
@@ -27,7 +26,7 @@ from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, checkpoints, holds_run
-from .batch import TokenBatch, collate, right_token_positions
+from .batch import TokenBatch, collate
 from .session import Session, Trainer
 
 
@@ -234,7 +233,7 @@ class RLTrainer(Trainer):
         if not rows:
             return metrics
         batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=algo.right_token_coef > 0)
-        mask = batch["loss_mask"]
+        mask = batch.loss_mask
         # The generator's logprobs against the learner's for the same tokens: measured where the
         # learner scores the rollouts anyway (recomputing old logprobs), else in the first minibatch.
         self._gap = LogprobGap()
@@ -248,31 +247,30 @@ class RLTrainer(Trainer):
             self._score(batch, beta)
         rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
         fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
-                  "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.get("old_values")}
+                  "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
         hparams = spec.advantage_kwargs()
         if spec.kl_in_reward:
             hparams["kl_coef"] = beta
-            fields["kl"] = KL[spec.kl_estimator](batch["old_logprobs"], batch["ref_logprobs"]) * mask \
+            fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
                 if beta > 0 else torch.zeros_like(mask)
         out = compute_advantages(spec.advantage, fields, **hparams)
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
-        batch["advantages"] = out.token_advantages(mask)
+        batch.advantages = out.token_advantages(mask)
         if algo.invalid_turn_penalty is not None:
             wrong_tokens = [t.wrong_tokens for t in rows]
-            batch["advantages"], capped = discredit_turns(batch["advantages"], mask, [t.invalid_turns for t in rows],
-                                                          wrong_tokens)
-            batch["advantages"] = penalize_tokens(batch["advantages"], wrong_tokens, algo.invalid_turn_penalty)
+            batch.advantages, capped = discredit_turns(batch.advantages, mask, [t.invalid_turns for t in rows],
+                                                       wrong_tokens)
+            batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, algo.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
             metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
-        if out.returns is not None:
-            batch["returns"] = out.returns
+        batch.returns = out.returns
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
         # term it only costs compute, so it is skipped (as DAPO's dynamic sampling does).
         other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward)
         skip_zero = algo.skip_zero_advantage and not other_terms
-        signal = batch["advantages"].abs().sum(1) > 0
-        if "right_ids" in batch:  # the right-token loss needs no advantage
-            has_right = right_token_positions(batch)
+        signal = batch.advantages.abs().sum(1) > 0
+        if batch.right_ids is not None:  # the right-token loss needs no advantage
+            has_right = batch.right_token_positions()
             signal |= has_right.any(1)
             metrics["adv/right_token_positions"] = int(has_right.sum())
         keep = out.keep & signal if skip_zero else out.keep
@@ -280,7 +278,7 @@ class RLTrainer(Trainer):
         metrics["update/trajectories"] = len(keep)
         if len(keep) == 0:
             return metrics
-        batch = {k: v[keep] for k, v in batch.items()}
+        batch = batch.rows(keep)
         if not score_first:
             self._score(batch, beta)
         rng = torch.Generator().manual_seed(self.config.run.seed * 100_003 + step)
@@ -291,7 +289,7 @@ class RLTrainer(Trainer):
         for _ in range(spec.epochs):
             order = torch.randperm(len(keep), generator=rng)
             for start in range(0, len(keep), algo.minibatch_size):
-                minibatch = {k: v[order[start:start + algo.minibatch_size]] for k, v in batch.items()}
+                minibatch = batch.rows(order[start:start + algo.minibatch_size])
                 result = self.learner.update(minibatch, self._loss, weight_by, skip_above=skip)
                 self._gap_in_loss = False
                 for key, value in result.items():
@@ -311,12 +309,12 @@ class RLTrainer(Trainer):
         if self.config.algo.recompute_old_logprobs or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
-                self._gap.add(batch["old_logprobs"], scored["logprobs"], batch["loss_mask"])
-                batch["old_logprobs"] = scored["logprobs"] * batch["loss_mask"]
+                self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
+                batch.old_logprobs = scored["logprobs"] * batch.loss_mask
             if self.algorithm.needs_critic:
-                batch["old_values"] = scored["values"]
+                batch.old_values = scored["values"]
         if beta > 0:
-            batch["ref_logprobs"] = self._reference_logprobs(batch)
+            batch.ref_logprobs = self._reference_logprobs(batch)
 
     def _reference_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         if self.reference is None:
@@ -325,25 +323,26 @@ class RLTrainer(Trainer):
 
     def _loss(self, batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         spec, algo = self.algorithm, self.config.algo
-        mask, logprobs = batch["loss_mask"], outputs["logprobs"]
+        mask, logprobs = batch.loss_mask, outputs["logprobs"]
         if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
-            self._gap.add(batch["old_logprobs"], logprobs.detach(), mask)
-        loss, metrics = ppo_clip_loss(logprobs, batch["old_logprobs"], batch["advantages"], mask,
-                                      clip_eps=spec.clip_eps, aggregation=spec.aggregation,
-                                      ratio_level=spec.ratio_level)
+            self._gap.add(batch.old_logprobs, logprobs.detach(), mask)
+        # The policy and value losses are the ones the algorithm's recipe names (`LOSS` registry).
+        loss, metrics = LOSS[spec.policy_loss](logprobs, batch.old_logprobs, batch.advantages, mask,
+                                               clip_eps=spec.clip_eps, aggregation=spec.aggregation,
+                                               ratio_level=spec.ratio_level)
         if spec.needs_critic:
-            value_loss, value_metrics = value_clip_loss(outputs["values"], batch["old_values"], batch["returns"],
-                                                        mask, clip_eps=spec.value_clip_eps,
-                                                        aggregation=spec.aggregation)
+            value_loss, value_metrics = LOSS[spec.value_loss](outputs["values"], batch.old_values, batch.returns,
+                                                              mask, clip_eps=spec.value_clip_eps,
+                                                              aggregation=spec.aggregation)
             loss = loss + algo.value_coef * value_loss
             metrics = {**metrics, **value_metrics, "value_loss": value_loss.item()}
-        if "ref_logprobs" in batch:
-            kl = kl_loss(logprobs, batch["ref_logprobs"], mask, kind=spec.kl_estimator)
+        if batch.ref_logprobs is not None:
+            kl = kl_loss(logprobs, batch.ref_logprobs, mask, kind=spec.kl_estimator)
             if not spec.kl_in_reward:
                 loss = loss + self.kl_control.value * kl
             metrics = {**metrics, "kl": kl.item()}
-        if "right_ids" in batch:
-            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], right_token_positions(batch))
+        if batch.right_ids is not None:
+            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], batch.right_token_positions())
             loss = loss + algo.right_token_coef * right_loss
             metrics = {**metrics, **right_metrics, "right_token_loss": right_loss.item()}
         if algo.entropy_coef > 0:
