@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentgym_rl.agent.loading import resolve_device
 from agentgym_rl.config import SFTConfig, load_config
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate
-from agentgym_rl.train.session import Session, resolve_device
+from agentgym_rl.train.session import Session
 
 SMALL = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
          "model.tiny.num_kv_heads=2", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=300"]
@@ -54,6 +55,15 @@ def test_model_batch_and_cache_follow_bfloat16(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, run.learner.parameters()))
 
 
+def test_eval_loads_a_model_in_the_configured_dtype(tmp_path):
+    from agentgym_rl.eval.evaluate import make_policy
+
+    run = session(tmp_path)
+    folder = str(run.run_dir / "base_model")
+    policy = make_policy("babyai", folder, temperature=0.0, seed=0, dtype="bfloat16", device="cpu")
+    assert {p.dtype for p in policy.generator.model.parameters()} == {torch.bfloat16}
+
+
 def test_float32_is_the_default(tmp_path):
     run = session(tmp_path)
     assert {p.dtype for p in run.model.parameters()} == {torch.float32}
@@ -62,9 +72,9 @@ def test_float32_is_the_default(tmp_path):
 
 def test_devices_resolve_or_fail_with_one_line():
     config = load_config(SFTConfig, None, ["run.device=auto"])
-    assert resolve_device(config.run) == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device(config.run.device) == torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="run.device is cuda but torch sees no CUDA device"):
-            resolve_device(load_config(SFTConfig, None, ["run.device=cuda"]).run)
+            resolve_device(load_config(SFTConfig, None, ["run.device=cuda"]).run.device)
     with pytest.raises(UserError, match="input should be 'cpu', 'cuda' or 'auto'"):
         load_config(SFTConfig, None, ["run.device=tpu"])

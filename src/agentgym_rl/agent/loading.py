@@ -8,6 +8,17 @@ from typing import Any
 from ..errors import UserError
 
 
+def resolve_device(name: str) -> Any:
+    """A `run.device` value as a torch device: "auto" is CUDA when torch sees a GPU, else the CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("run.device is cuda but torch sees no CUDA device (set run.device=cpu or auto)")
+    return torch.device(name)
+
+
 def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
     """Load `AutoModelForCausalLM` and `AutoTokenizer` from a local folder.
 

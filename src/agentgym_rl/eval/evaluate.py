@@ -15,9 +15,10 @@ from .metrics import summarize
 from .policies import RandomPolicy
 
 
-def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True) -> Any:
-    """"expert", "random", a model folder path, or an already built policy object
-    (`reuse_cache`: see `model_policy`)."""
+def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True,
+                device: str = "cpu", dtype: str = "float32") -> Any:
+    """"expert", "random", a model folder path (loaded in `dtype` on `device`, `run.device`'s
+    values), or an already built policy object (`reuse_cache`: see `model_policy`)."""
     if not isinstance(policy, str):
         return policy
     if policy == "expert":
@@ -26,15 +27,17 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
         return RandomPolicy(seed)
     if not Path(policy).exists():
         raise UserError(f"policy {policy!r} is neither 'expert', 'random' nor an existing model folder")
-    from ..agent.loading import load_model_and_tokenizer
+    from ..agent.loading import load_model_and_tokenizer, resolve_device
 
-    return model_policy(*load_model_and_tokenizer(policy), temperature, reuse_cache)
+    model, tokenizer = load_model_and_tokenizer(policy, dtype)
+    return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache)
 
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
-             env_kwargs: dict | None = None, desc: str | None = None) -> tuple[dict, list[Trajectory]]:
+             env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
+             dtype: str = "float32") -> tuple[dict, list[Trajectory]]:
     """Play the first `episodes` tasks of `split`, `samples` times each.
 
     Returns:
@@ -54,7 +57,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
-    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache)
+    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype)
     engine = RolloutEngine(registry.env_factory(env_id, env_kwargs), rollout)
     from tqdm import tqdm
 
@@ -69,7 +72,7 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
     """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run)."""
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
-                    env_kwargs=config.env.kwargs, desc=desc)
+                    env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype)
 
 
 def format_table(summary: dict, title: str | None = None) -> str:

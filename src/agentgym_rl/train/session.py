@@ -17,10 +17,10 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from ..agent.loading import load_model_and_tokenizer
+from ..agent.loading import load_model_and_tokenizer, resolve_device
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
-from ..config import EvalConfig, RunConfig
+from ..config import EvalConfig
 from ..envs import registry
 from ..envs.tasks import Task
 from ..errors import UserError
@@ -31,15 +31,6 @@ from ..rollout.trajectory import Trajectory
 from ..runs import MetricsLogger, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
 from .learner import Learner
-
-
-def resolve_device(run: RunConfig) -> torch.device:
-    """`run.device` as a torch device; "auto" is CUDA when torch sees a GPU, else the CPU."""
-    if run.device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if run.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("run.device is cuda but torch sees no CUDA device (set run.device=cpu or auto)")
-    return torch.device(run.device)
 
 
 def check_model_path(model_path: str | None) -> None:
@@ -115,7 +106,7 @@ class Session:
             learner_options: passed to `Learner` (value_head, entropy, temperature).
         """
         check_model_path(config.model.path)
-        device = resolve_device(config.run)
+        device = resolve_device(config.run.device)
         run_dir = config.run.dir
         start_run(run_dir, config, hint=already_running)
         torch.manual_seed(config.run.seed)
@@ -134,7 +125,7 @@ class Session:
                **learner_options: Any) -> Session:
         """Reopen a run at `checkpoint` (a folder of `checkpoints/`): its model (or the LoRA
         adapter over the run's `lora_base`) and, through `learner.load_state`, its optimizer."""
-        device = resolve_device(config.run)
+        device = resolve_device(config.run.device)
         run_dir = config.run.dir
         if config.model.lora_rank:
             base, tokenizer = load_model_and_tokenizer(run_dir / "lora_base", config.run.dtype)
