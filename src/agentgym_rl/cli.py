@@ -143,6 +143,31 @@ def eval_command(
         save_trajectories(episodes_run, trajectories)
 
 
+@app.command("serve-env")
+def serve_env(
+    env: str = typer.Argument(..., help="Environment id (see `agentgym-rl envs`)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default: set 0.0.0.0 and "
+                             "--token to serve other machines)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on (0: any free one)."),
+    token: Optional[str] = typer.Option(None, envvar="AGENTGYM_RL_ENV_TOKEN", help="Bearer token every request "
+                                        "must carry (also read from AGENTGYM_RL_ENV_TOKEN)."),
+    max_instances: int = typer.Option(256, min=1, help="Most environment instances alive at once."),
+    idle_seconds: float = typer.Option(3600.0, min=1.0, help="Close instances unused this long."),
+    env_arg: Optional[List[str]] = ENV_ARG,
+) -> None:
+    """Serve an environment over HTTP (the uniform API of `agentgym_rl.server.app`; docs at /docs)."""
+    import uvicorn
+
+    from .config import apply_override
+    from .server.app import create_app
+
+    kwargs: dict = {}
+    for item in env_arg or []:
+        apply_override(kwargs, item)
+    uvicorn.run(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds),
+                host=host, port=port, log_level="warning")
+
+
 # The trainers' commands: a YAML config and key.sub=value overrides of it.
 CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")

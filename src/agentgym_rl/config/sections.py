@@ -53,6 +53,10 @@ class EnvConfig:
     eval_split: str = "test"
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
+    urls: list[str] = field(default_factory=list)
+    """Servers of this environment (`agentgym-rl serve-env`) to play the rollouts on instead of
+    in process, new episodes spread over them in turn; `kwargs` then belong to the servers.
+    Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN."""
     invalid_action_penalty: NonNegativeFloat = 0.0
     """RL training only: subtract this from the reward of each step the environment marks
     invalid (`envs.wrappers.InvalidActionPenalty`). Validation and evaluation keep the

@@ -7,6 +7,8 @@ environment's dependencies.
 from __future__ import annotations
 
 import importlib
+import itertools
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -72,10 +74,13 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
-def env_factory(env_id: str, kwargs: dict[str, Any] | None = None) -> Callable[[], TextEnv]:
+def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[str] = ()) -> Callable[[], TextEnv]:
     """A function building fresh `env_id` environments with `kwargs`, checked by building
-    one now so that bad arguments are a `UserError` before any work starts."""
+    one now so that bad arguments are a `UserError` before any work starts. With `urls`, the
+    environments are clients of those servers (`agentgym-rl serve-env`), taken in turn."""
     kwargs = dict(kwargs or {})
+    if urls:
+        return _remote_factory(env_id, kwargs, list(urls))
     try:
         make(env_id, **kwargs).close()
     except TypeError as error:
@@ -85,6 +90,32 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None) -> Callable[[
         return make(env_id, **kwargs)
 
     factory.max_parallel = spec(env_id).max_parallel  # type: ignore[attr-defined]
+    return factory
+
+
+def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str]) -> Callable[[], TextEnv]:
+    from .remote import HttpEnv, RemoteEnvError
+
+    if kwargs:
+        raise UserError(f"env.kwargs {kwargs} cannot reach environment servers: start them with "
+                        "`agentgym-rl serve-env ... --env-arg key=value` instead")
+    for url in urls:  # every server is reachable and serves this environment, checked before any work
+        try:
+            probe = HttpEnv(url, retries=1)
+        except RemoteEnvError as error:
+            raise UserError(f"environment server {url}: {error}") from None
+        probe.close()
+        if probe.env_id != env_id:
+            raise UserError(f"environment server {url} serves {probe.env_id!r}, not {env_id!r}")
+    turn = itertools.count()
+    lock = threading.Lock()
+
+    def factory() -> TextEnv:
+        with lock:
+            url = urls[next(turn) % len(urls)]
+        return HttpEnv(url)
+
+    factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
     return factory
 
 

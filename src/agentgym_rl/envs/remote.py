@@ -1,0 +1,108 @@
+"""`HttpEnv`: an environment served over HTTP (`agentgym-rl serve-env`), itself a `TextEnv`.
+
+The rollout engine, `check_env` and the experts use it exactly as an in-process environment.
+Connections are pooled; a call that could not reach the server is retried with backoff; an
+instance the server no longer knows (it restarted) is created again at the next `reset`. A
+step whose answer was lost is not retried (the environment may have taken it): it raises, and
+the rollout engine records that episode as failed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import httpx
+
+from .base import EnvStateError, StepResult, TextEnv
+
+
+class RemoteEnvError(RuntimeError):
+    """The server refused a call or could not be reached (the message says which and why)."""
+
+
+class HttpEnv(TextEnv):
+    """A client of one environment instance on an `agentgym-rl serve-env` server.
+
+    Args:
+        url: the server, e.g. "http://127.0.0.1:8000".
+        token: the server's bearer token, if it has one (default: $AGENTGYM_RL_ENV_TOKEN).
+        timeout: seconds to wait for one answer.
+        retries: further attempts of a call that could not reach the server.
+        backoff: seconds before the first retry; doubled after each.
+    """
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 60.0, retries: int = 3,
+                 backoff: float = 0.2):
+        token = token if token is not None else os.environ.get("AGENTGYM_RL_ENV_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.retries, self.backoff = retries, backoff
+        self._id: int | None = None
+        about = self._call("GET", "/v1/info")
+        self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
+
+    def _call(self, method: str, path: str, body: dict | None = None, retry: bool = True) -> Any:
+        """The JSON answer of one call; retried while the server cannot be reached."""
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                response = self._http.request(method, path, json=body)
+                break
+            except (httpx.ConnectError, httpx.ConnectTimeout) as error:  # nothing reached the server
+                if attempt + 1 == attempts:
+                    raise RemoteEnvError(f"{self._http.base_url}: cannot connect ({error})") from None
+                time.sleep(self.backoff * 2 ** attempt)
+            except httpx.HTTPError as error:
+                raise RemoteEnvError(f"{self._http.base_url}{path}: {type(error).__name__} ({error})") from None
+        if response.status_code == 409:
+            raise EnvStateError(response.json().get("detail", "out of order"))
+        if response.status_code == 422 and path.endswith("/reset"):
+            raise ValueError(str(response.json().get("detail")))
+        if response.status_code >= 400:
+            raise RemoteEnvError(f"{self._http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    def _instance(self) -> str:
+        if self._id is None:
+            self._id = self._call("POST", "/v1/envs")["id"]
+        return f"/v1/envs/{self._id}"
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        body = {"item_id": item_id, "seed": seed}
+        try:
+            answer = self._call("POST", f"{self._instance()}/reset", body)
+        except RemoteEnvError as error:
+            if "HTTP 404" not in str(error):
+                raise
+            self._id = None  # the server restarted (or expired the instance): start a new one
+            answer = self._call("POST", f"{self._instance()}/reset", body)
+        return answer["observation"], answer["info"]
+
+    def step(self, action: str) -> StepResult:
+        if self._id is None:
+            raise EnvStateError("step before reset")
+        answer = self._call("POST", f"{self._instance()}/step", {"action": action}, retry=False)
+        return (answer["observation"], float(answer["reward"]), bool(answer["terminated"]),
+                bool(answer["truncated"]), answer["info"])
+
+    def available_actions(self) -> list[str] | None:
+        if self._id is None:
+            return None
+        return self._call("GET", f"{self._instance()}/available_actions")["actions"]
+
+    def expert_action(self) -> str | None:
+        if self._id is None:
+            return None
+        return self._call("GET", f"{self._instance()}/expert_action")["action"]
+
+    def close(self) -> None:
+        """Close the server's instance (once) and the connections; never raises."""
+        if self._id is not None:
+            try:
+                self._call("DELETE", f"/v1/envs/{self._id}", retry=False)
+            except (RemoteEnvError, EnvStateError):
+                pass
+            self._id = None
+        self._http.close()

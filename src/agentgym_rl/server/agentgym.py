@@ -1,0 +1,137 @@
+"""AgentGym's own endpoints beside our uniform API, so that AgentGym's env clients
+(`agentenv.envs.BabyAIEnvClient`, `TextCraftEnvClient`) drive our servers unchanged.
+
+Each environment of AgentGym has its own field names; the layouts below are those its servers
+answer and its clients read:
+
+| env | POST /create | POST /reset {id, data_idx} | POST /step {id, action} | others |
+|---|---|---|---|---|
+| babyai | → {id} | → {observation, reward, score, done, deleted} | → {observation, reward, score, done} | GET /observation?id=, POST /close {id} |
+| textcraft | {minecraft_dir, commands, goal} → {id, observation, done, reward} | → {id, observation, done, reward} | → {observation, reward, done} | GET /observation?id=, GET /detail?id=, POST /close {id} |
+
+`score` is the episode's reward so far (AgentGym's BabyAI client trains on it). The
+observations are our environments' own text. Mistakes get a 4xx status where AgentGym's
+servers answered 200 with {"error": ...}, which their clients could not read either.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, Field
+
+from ..envs.base import EnvStateError
+
+AGENTGYM_ENVS = ("babyai", "textcraft")
+"""The environments whose AgentGym endpoints are served."""
+
+
+class _Id(BaseModel):
+    id: int
+
+
+class _Reset(BaseModel):
+    id: int
+    data_idx: int = 0
+
+
+class _Step(BaseModel):
+    id: int
+    action: str = Field(max_length=100_000)
+
+
+class _TextCraftCreate(BaseModel):
+    minecraft_dir: str | None = None
+    """Where AgentGym's server reads recipes; ours has its own (ignored)."""
+    commands: str | None = None
+    goal: str | None = None
+
+
+def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
+    """Add AgentGym's endpoints for `env_id` (one of `AGENTGYM_ENVS`) to `app`, on the same
+    instances as the uniform API (`app`'s `_Instances`)."""
+    # Each instance keeps its last answer (`_Instance.last`) for /observation and /detail.
+
+    def reset(instance_id: int, data_idx: int) -> dict[str, Any]:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            try:
+                observation, _ = instance.env.reset(data_idx)
+            except ValueError as error:
+                raise HTTPException(422, str(error)) from None
+            instance.last = {"observation": observation, "reward": 0.0, "score": 0.0, "done": False}
+            return instance.last
+
+    def step(instance_id: int, action: str) -> dict[str, Any]:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            if instance.last is None:
+                raise HTTPException(409, f"environment {instance_id} was not reset")
+            try:
+                observation, reward, terminated, truncated, _ = instance.env.step(action)
+            except EnvStateError as error:
+                raise HTTPException(409, str(error)) from None
+            instance.last = {"observation": observation, "reward": reward, "score": instance.last["score"] + reward,
+                             "done": terminated or truncated}
+            return instance.last
+
+    def current(instance_id: int) -> dict[str, Any]:
+        instance = instances.get(instance_id)
+        if instance.last is None:
+            raise HTTPException(409, f"environment {instance_id} was not reset")
+        return instance.last
+
+    @app.post("/close", tags=["agentgym"])
+    def close(body: _Id) -> bool:
+        try:
+            instances.close(body.id)
+        except HTTPException:
+            return False
+        return True
+
+    if env_id == "babyai":
+        @app.post("/create", tags=["agentgym"])
+        def create() -> dict[str, int]:
+            return {"id": instances.create()}
+
+        @app.post("/reset", tags=["agentgym"])
+        def babyai_reset(body: _Reset) -> dict[str, Any]:
+            return {**reset(body.id, body.data_idx), "deleted": False}
+
+        @app.post("/step", tags=["agentgym"])
+        def babyai_step(body: _Step) -> dict[str, Any]:
+            return step(body.id, body.action)
+
+        @app.get("/observation", tags=["agentgym"])
+        def babyai_observation(id: int) -> dict[str, Any]:  # noqa: A002 — AgentGym's query name
+            return {**current(id), "deleted": False}
+
+    elif env_id == "textcraft":
+        @app.post("/create", tags=["agentgym"])
+        def textcraft_create(body: _TextCraftCreate | None = None) -> dict[str, Any]:
+            if body is not None and (body.commands or body.goal):
+                raise HTTPException(422, "custom crafting commands and goals are not served: reset to an item")
+            instance_id = instances.create()
+            answer = reset(instance_id, 0)
+            return {"id": instance_id, "observation": answer["observation"], "done": False, "reward": 0}
+
+        @app.post("/reset", tags=["agentgym"])
+        def textcraft_reset(body: _Reset) -> dict[str, Any]:
+            answer = reset(body.id, body.data_idx)
+            return {"id": body.id, "observation": answer["observation"], "done": False, "reward": 0}
+
+        @app.post("/step", tags=["agentgym"])
+        def textcraft_step(body: _Step) -> dict[str, Any]:
+            answer = step(body.id, body.action)
+            return {"observation": answer["observation"], "reward": answer["reward"], "done": answer["done"]}
+
+        @app.get("/observation", tags=["agentgym"])
+        def textcraft_observation(id: int) -> str:  # noqa: A002
+            return current(id)["observation"]
+
+        @app.get("/detail", tags=["agentgym"])
+        def textcraft_detail(id: int) -> dict[str, Any]:  # noqa: A002
+            answer = current(id)
+            return {"observation": answer["observation"], "done": answer["done"], "reward": answer["reward"],
+                    "deleted": False}

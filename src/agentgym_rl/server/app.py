@@ -1,0 +1,243 @@
+"""An HTTP server for any registered environment: `agentgym-rl serve-env ENV`.
+
+Our uniform API, the same for every environment (each body and response is a pydantic model,
+so the OpenAPI schema at `/openapi.json` documents it):
+
+    GET    /health                               {"status": "ok", "env_id", "instances"}
+    GET    /v1/info                              {"env_id", "instruction", "max_turns"}
+    POST   /v1/envs                              {"id"}: a new instance
+    POST   /v1/envs/{id}/reset      {item_id, seed}   {"observation", "info"}
+    POST   /v1/envs/{id}/step       {action}          {"observation", "reward", "terminated", "truncated", "info"}
+    GET    /v1/envs/{id}/available_actions            {"actions": [...] | null}
+    GET    /v1/envs/{id}/expert_action                {"action": "..." | null}
+    DELETE /v1/envs/{id}                              {"closed": id}
+
+and, for BabyAI and TextCraft, AgentGym's own endpoints (`/create`, `/reset`, `/step`, ...;
+`agentgym.py`), on the same instances.
+
+Errors are JSON `{"detail": ...}` with a status a client can act on: 401 without the bearer
+token (when one is set, on every endpoint), 404 for an unknown instance, 409 for a call out of
+order (`step` before `reset`), 413 for a body over `max_body_bytes`, 422 for a bad body or item
+id, 429 when `max_instances` are alive. Calls on one instance run one at a time; instances idle
+for `idle_seconds` are closed when a new one is created.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import threading
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from ..envs import registry
+from ..envs.base import EnvStateError, TextEnv
+from .agentgym import AGENTGYM_ENVS, add_agentgym_routes
+
+MAX_ACTION_CHARS = 100_000
+"""Longest action accepted (a model's reply can run long; 100 KB of it is already nonsense)."""
+
+
+class ResetRequest(BaseModel):
+    item_id: int | str | None = None
+    """Which task: an index or "<env>_<index>"; null picks one from `seed`."""
+    seed: int | None = None
+
+
+class StepRequest(BaseModel):
+    action: str = Field(max_length=MAX_ACTION_CHARS)
+    """The agent's reply: plain text, or ReAct text holding one `Action:` line."""
+
+
+class Created(BaseModel):
+    id: int
+
+
+class ResetResponse(BaseModel):
+    observation: str
+    info: dict[str, Any]
+
+
+class StepResponse(BaseModel):
+    observation: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+class Actions(BaseModel):
+    actions: list[str] | None
+
+
+class ExpertAction(BaseModel):
+    action: str | None
+
+
+class Info(BaseModel):
+    env_id: str
+    instruction: str
+    max_turns: int
+
+
+class Health(BaseModel):
+    status: str
+    env_id: str
+    instances: int
+
+
+@dataclass
+class _Instance:
+    env: TextEnv
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    last: dict[str, Any] | None = None
+    """The last answer of AgentGym's endpoints (`agentgym.py`), which can be asked again."""
+
+
+class _Instances:
+    """The server's id → environment map, with a limit and idle expiry."""
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any], max_instances: int, idle_seconds: float):
+        self.make = registry.env_factory(env_id, env_kwargs)
+        self.max_instances, self.idle_seconds = max_instances, idle_seconds
+        self._by_id: dict[int, _Instance] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def create(self) -> int:
+        self._expire()
+        with self._lock:
+            if len(self._by_id) >= self.max_instances:
+                raise HTTPException(429, f"{len(self._by_id)} instances are alive, the most this server keeps "
+                                         "(--max-instances); close some first")
+            new_id = next(self._ids)
+            self._by_id[new_id] = _Instance(self.make())
+        return new_id
+
+    def get(self, instance_id: int) -> _Instance:
+        instance = self._by_id.get(instance_id)
+        if instance is None:
+            raise HTTPException(404, f"no environment instance {instance_id} (closed, expired, or never created)")
+        instance.last_used = time.monotonic()
+        return instance
+
+    def close(self, instance_id: int) -> None:
+        with self._lock:
+            instance = self._by_id.pop(instance_id, None)
+        if instance is None:
+            raise HTTPException(404, f"no environment instance {instance_id}")
+        with instance.lock:
+            instance.env.close()
+
+    def close_all(self) -> None:
+        for instance_id in list(self._by_id):
+            self.close(instance_id)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        idle = [i for i, inst in list(self._by_id.items()) if now - inst.last_used > self.idle_seconds]
+        for instance_id in idle:
+            try:
+                self.close(instance_id)
+            except HTTPException:
+                pass  # closed meanwhile
+
+
+def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,
+               max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000) -> FastAPI:
+    """The FastAPI app serving `env_id` (a registered environment built with `env_kwargs`).
+
+    Args:
+        token: when set, every request must carry `Authorization: Bearer <token>`.
+        max_instances: most environment instances alive at once.
+        idle_seconds: an instance unused this long is closed when the next one is created.
+        max_body_bytes: larger request bodies are refused with 413.
+    """
+    spec = registry.spec(env_id)
+    instances = _Instances(env_id, dict(env_kwargs or {}), max_instances, idle_seconds)
+    probe = instances.make()
+    instruction = probe.instruction
+    probe.close()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        instances.close_all()
+
+    app = FastAPI(title=f"agentgym-rl {env_id} environment server", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        """The token (on every path, the schema and docs included), then the body size."""
+        if token is not None and not hmac.compare_digest(request.headers.get("authorization", ""),
+                                                         f"Bearer {token}"):
+            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
+        return await call_next(request)
+
+    @app.get("/health")
+    def health() -> Health:
+        return Health(status="ok", env_id=env_id, instances=len(instances))
+
+    @app.get("/v1/info")
+    def info() -> Info:
+        return Info(env_id=env_id, instruction=instruction, max_turns=spec.max_turns)
+
+    @app.post("/v1/envs")
+    def create() -> Created:
+        return Created(id=instances.create())
+
+    @app.post("/v1/envs/{instance_id}/reset")
+    def reset(instance_id: int, body: ResetRequest) -> ResetResponse:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            try:
+                observation, reset_info = instance.env.reset(body.item_id, seed=body.seed)
+            except ValueError as error:  # a bad item id
+                raise HTTPException(422, str(error)) from None
+        return ResetResponse(observation=observation, info=reset_info)
+
+    @app.post("/v1/envs/{instance_id}/step")
+    def step(instance_id: int, body: StepRequest) -> StepResponse:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            try:
+                observation, reward, terminated, truncated, step_info = instance.env.step(body.action)
+            except EnvStateError as error:
+                raise HTTPException(409, str(error)) from None
+        return StepResponse(observation=observation, reward=reward, terminated=terminated, truncated=truncated,
+                            info=step_info)
+
+    @app.get("/v1/envs/{instance_id}/available_actions")
+    def available_actions(instance_id: int) -> Actions:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            return Actions(actions=instance.env.available_actions())
+
+    @app.get("/v1/envs/{instance_id}/expert_action")
+    def expert_action(instance_id: int) -> ExpertAction:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            return ExpertAction(action=instance.env.expert_action())
+
+    @app.delete("/v1/envs/{instance_id}")
+    def close(instance_id: int) -> dict[str, int]:
+        instances.close(instance_id)
+        return {"closed": instance_id}
+
+    if env_id in AGENTGYM_ENVS:
+        add_agentgym_routes(app, env_id, instances)
+    return app

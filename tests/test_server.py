@@ -1,0 +1,244 @@
+"""Environments over HTTP: `serve-env`'s app and the `HttpEnv` client, which must be
+indistinguishable from the in-process environment for every consumer (check_env, the expert,
+the rollout engine), and a server that answers bad requests with the right status."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.base import EnvExpert, EnvStateError
+from agentgym_rl.envs.checker import check_env
+from agentgym_rl.envs.remote import HttpEnv, RemoteEnvError
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.server.app import create_app
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(env_id: str, port: int | None = None, **options):
+    """A real server on loopback, in a thread, for the duration of the block; yields its URL."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(env_id, **options), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def babyai_url():
+    with serving("babyai") as url:
+        yield url
+
+
+@pytest.mark.parametrize("env_id", ["babyai", "textcraft"])
+def test_check_env_passes_through_http(env_id):
+    with serving(env_id) as url:
+        check_env(HttpEnv(url), item_id=3)
+
+
+def test_http_episodes_equal_in_process_episodes(babyai_url):
+    """The expert, asked through the API, plays the same episodes over HTTP as in process."""
+    tasks = registry.tasks("babyai", "test")[:4]
+    local = RolloutEngine(registry.env_factory("babyai"), RolloutConfig()).run(tasks, EnvExpert(), 20, samples=2)
+    remote = RolloutEngine(lambda: HttpEnv(babyai_url), RolloutConfig()).run(tasks, EnvExpert(), 20, samples=2)
+    assert [t.messages for t in remote] == [t.messages for t in local]
+    assert [t.turn_rewards for t in remote] == [t.turn_rewards for t in local]
+    assert all(t.success and t.error is None for t in remote)
+    assert httpx.get(f"{babyai_url}/health").json()["instances"] == 0  # every episode closed its instance
+
+
+def test_the_server_answers_mistakes_with_their_status(babyai_url):
+    created = httpx.post(f"{babyai_url}/v1/envs").json()["id"]
+    base = f"{babyai_url}/v1/envs/{created}"
+    assert httpx.post(f"{babyai_url}/v1/envs/999999/reset", json={}).status_code == 404
+    assert httpx.post(f"{base}/step", json={"action": "turn left"}).status_code == 409  # before reset
+    assert httpx.post(f"{base}/reset", json={"item_id": "babyai_x"}).status_code == 422
+    assert httpx.post(f"{base}/reset", json={"item_id": [1]}).status_code == 422
+    assert httpx.post(f"{base}/step", json={"act": "x"}).status_code == 422
+    assert httpx.post(f"{base}/step", json={"action": "x" * 100_001}).status_code == 422
+    assert httpx.post(f"{base}/step", content=b"{", headers={"content-type": "application/json"}).status_code == 422
+    assert httpx.post(f"{base}/reset", json={"item_id": 1}).status_code == 200
+    assert httpx.delete(base).json() == {"closed": created}
+    assert httpx.delete(base).status_code == 404
+    assert "/v1/envs/{instance_id}/step" in httpx.get(f"{babyai_url}/openapi.json").json()["paths"]
+
+
+def test_a_token_guards_every_endpoint():
+    with serving("babyai", token="s3cret") as url:
+        for method, path in [("GET", "/health"), ("GET", "/v1/info"), ("POST", "/v1/envs"),
+                             ("POST", "/v1/envs/1/reset"), ("POST", "/v1/envs/1/step"), ("DELETE", "/v1/envs/1"),
+                             ("GET", "/v1/envs/1/available_actions"), ("GET", "/openapi.json")]:
+            assert httpx.request(method, url + path, json={}).status_code == 401, path
+        with pytest.raises(RemoteEnvError, match="HTTP 401"):
+            HttpEnv(url)
+        env = HttpEnv(url, token="s3cret")
+        observation, _ = env.reset(0)
+        assert observation.startswith("Your goal")
+        env.close()
+
+
+def test_instance_limit_and_body_limit():
+    with serving("babyai", max_instances=2, max_body_bytes=2_000) as url:
+        assert [httpx.post(f"{url}/v1/envs").status_code for _ in range(3)] == [200, 200, 429]
+        big = httpx.post(f"{url}/v1/envs/1/step", json={"action": "x" * 5_000})
+        assert big.status_code == 413
+
+
+def test_the_client_starts_a_new_instance_after_a_server_restart():
+    port = free_port()
+    with serving("babyai", port=port) as url:
+        env = HttpEnv(url, retries=20, backoff=0.05)
+        env.reset(5)
+    with serving("babyai", port=port):
+        observation, info = env.reset(5)  # its old instance is gone with the old server
+        assert info["item_id"] == "babyai_5" and observation
+        assert not env.step("turn left")[4]["invalid_action"]
+    with pytest.raises(RemoteEnvError, match="cannot connect"):
+        HttpEnv(url, retries=1, backoff=0.01)
+
+
+def test_step_before_reset_is_an_env_state_error_on_the_client(babyai_url):
+    with pytest.raises(EnvStateError):
+        HttpEnv(babyai_url).step("turn left")
+
+
+def test_rl_trains_on_environment_servers(tmp_path, counter_env_registered):
+    """`env.urls` puts the rollouts, validation and warm-up demonstrations on the servers, with no
+    other change; a bad server list is refused before any work."""
+    import json
+    from pathlib import Path
+
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train.rl import RLTrainer
+
+    toy = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
+           "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320",
+           "env.id=counter", "env.kwargs={}", "warmup.episodes=4", "warmup.epochs=1", "model.corpus_episodes=6",
+           "algo.tasks_per_step=2", "algo.group_size=2", "rollout.max_new_tokens=6", "schedule.horizons=[2]",
+           "train.steps=2", "train.validate_every=2", "eval.episodes=2", "optim.micro_batch_size=2",
+           f"run.output_dir={tmp_path}"]
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    with serving("counter") as first, serving("counter") as second:
+        config = load_config(RLConfig, configs / "babyai_grpo.yaml", [*toy, f"env.urls=[{first}, {second}]"])
+        RLTrainer(config, log=lambda _: None).fit()
+        assert httpx.get(f"{first}/health").json()["instances"] == 0
+        with pytest.raises(UserError, match="serves 'counter', not 'babyai'"):
+            RLTrainer(load_config(RLConfig, configs / "babyai_grpo.yaml", ["env.kwargs={}", f"env.urls=[{first}]"]))
+        with pytest.raises(UserError, match="start them with `agentgym-rl serve-env ... --env-arg"):
+            RLTrainer(load_config(RLConfig, configs / "babyai_grpo.yaml", [f"env.urls=[{first}]"]))
+    rows = [json.loads(line) for line in (tmp_path / "babyai_grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/errors" in r] == [1, 2]
+    assert all(r["train/errors"] == 0 for r in rows if "train/errors" in r)
+    with pytest.raises(UserError, match="cannot connect"):
+        RLTrainer(load_config(RLConfig, configs / "babyai_grpo.yaml", [*toy, f"env.urls=[{first}]"]))
+
+
+def test_serve_env_and_eval_through_the_command_line(tmp_path):
+    """`agentgym-rl serve-env` in its own process, then `eval` playing the expert on it."""
+    import json
+    import subprocess
+    import sys
+
+    from test_cli import run
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-env", "babyai", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.ConnectError:
+                assert server.poll() is None, server.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, "serve-env did not start"
+                time.sleep(0.2)
+        out = tmp_path / "summary.json"
+        result = run("eval", "--policy", "expert", "--episodes", "3", f"env.urls=[{url}]", "--json", str(out))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert json.loads(out.read_text())["success"] == 1.0
+    finally:
+        server.terminate()
+        server.wait(10)
+    bad = run("serve-env", "nope")
+    assert bad.returncode == 2 and "unknown environment 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def agentgym_action(reply: str) -> str:
+    """The action AgentGym's env clients send for a ReAct reply (their `step` strips it so)."""
+    import re
+
+    matches = re.findall(r"Action:\s*(.*?)(?=\n|$)", reply, re.DOTALL)
+    action = re.sub(r"[^A-Za-z0-9, ]+", "", matches[-1] if matches else "")
+    return " ".join(action.split()).strip()
+
+
+def test_agentgym_babyai_client_requests_are_answered_as_it_reads_them(babyai_url):
+    """The requests of AgentGym's BabyAIEnvClient, as it sends them, and the fields it reads; the
+    expert's replies (asked through our API) win the episode through AgentGym's endpoints."""
+    created = httpx.post(f"{babyai_url}/create")
+    assert created.status_code == 200
+    env_id = created.json()["id"]
+    reset = httpx.post(f"{babyai_url}/reset", json={"data_idx": 0, "id": env_id}).json()
+    assert {"observation", "reward", "score", "done"} <= set(reset) and reset["observation"].startswith("Your goal")
+    assert reset["done"] is False and reset["score"] == 0
+    for _ in range(20):
+        reply = httpx.get(f"{babyai_url}/v1/envs/{env_id}/expert_action").json()["action"]
+        step = httpx.post(f"{babyai_url}/step", json={"action": agentgym_action(reply), "id": env_id}).json()
+        assert {"observation", "reward", "score", "done"} <= set(step)
+        if step["done"]:
+            break
+    assert step["done"] and step["score"] > 0 and step["score"] == step["reward"]
+    seen = httpx.get(f"{babyai_url}/observation", params={"id": env_id}).json()
+    assert seen["observation"] == step["observation"] and seen["done"] is True
+    assert httpx.post(f"{babyai_url}/close", json={"id": env_id}).json() is True
+    assert httpx.post(f"{babyai_url}/close", json={"id": env_id}).json() is False
+    assert httpx.post(f"{babyai_url}/step", json={"action": "turn left", "id": env_id}).status_code == 404
+
+
+def test_agentgym_textcraft_client_requests_are_answered_as_it_reads_them():
+    with serving("textcraft") as url:
+        created = httpx.post(f"{url}/create", json={"minecraft_dir": "agentenv_textcraft/", "commands": None,
+                                                    "goal": None}).json()
+        assert set(created) == {"id", "observation", "done", "reward"} and "Goal:" in created["observation"]
+        env_id = created["id"]
+        reset = httpx.post(f"{url}/reset", json={"data_idx": 2, "id": env_id}).json()
+        assert reset["id"] == env_id and reset["done"] is False and "Goal:" in reset["observation"]
+        for _ in range(20):
+            reply = httpx.get(f"{url}/v1/envs/{env_id}/expert_action").json()["action"]
+            step = httpx.post(f"{url}/step", json={"action": agentgym_action(reply), "id": env_id}).json()
+            assert set(step) == {"observation", "reward", "done"}
+            if step["done"]:
+                break
+        assert step["done"] and step["reward"] == 1.0
+        assert httpx.get(f"{url}/observation", params={"id": env_id}).json() == step["observation"]
+        assert httpx.get(f"{url}/detail", params={"id": env_id}).json()["done"] is True
+        custom = httpx.post(f"{url}/create", json={"minecraft_dir": None, "commands": "craft 1 x", "goal": "x"})
+        assert custom.status_code == 422
+        assert httpx.post(f"{url}/close", json={"id": env_id}).json() is True
