@@ -62,7 +62,10 @@ class HttpEnv(TextEnv):
             raise ValueError(str(response.json().get("detail")))
         if response.status_code >= 400:
             raise RemoteEnvError(f"{self._http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
-        return response.json()
+        try:
+            return response.json()
+        except ValueError:
+            raise RemoteEnvError(f"{self._http.base_url}{path}: not a JSON answer: {response.text[:200]!r}") from None
 
     def _instance(self) -> str:
         if self._id is None:
@@ -84,8 +87,15 @@ class HttpEnv(TextEnv):
         if self._id is None:
             raise EnvStateError("step before reset")
         answer = self._call("POST", f"{self._instance()}/step", {"action": action}, retry=False)
-        return (answer["observation"], float(answer["reward"]), bool(answer["terminated"]),
-                bool(answer["truncated"]), answer["info"])
+        try:
+            result = (answer["observation"], float(answer["reward"]), answer["terminated"], answer["truncated"],
+                      answer["info"])
+        except (KeyError, TypeError, ValueError):
+            raise RemoteEnvError(f"{self._http.base_url}: malformed step answer {str(answer)[:200]}") from None
+        if not (isinstance(result[0], str) and isinstance(result[2], bool) and isinstance(result[3], bool)
+                and isinstance(result[4], dict)):
+            raise RemoteEnvError(f"{self._http.base_url}: malformed step answer {str(answer)[:200]}")
+        return result
 
     def available_actions(self) -> list[str] | None:
         if self._id is None:

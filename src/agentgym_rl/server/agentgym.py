@@ -22,6 +22,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from ..envs.base import EnvStateError
+from .errors import env_failed
 
 AGENTGYM_ENVS = ("babyai", "textcraft")
 """The environments whose AgentGym endpoints are served."""
@@ -60,6 +61,8 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
                 observation, _ = instance.env.reset(data_idx)
             except ValueError as error:
                 raise HTTPException(422, str(error)) from None
+            except Exception as error:  # noqa: BLE001 — the environment broke: say how, keep serving
+                raise env_failed(error) from None
             instance.last = {"observation": observation, "reward": 0.0, "score": 0.0, "done": False}
             return instance.last
 
@@ -72,6 +75,8 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
                 observation, reward, terminated, truncated, _ = instance.env.step(action)
             except EnvStateError as error:
                 raise HTTPException(409, str(error)) from None
+            except Exception as error:  # noqa: BLE001
+                raise env_failed(error) from None
             instance.last = {"observation": observation, "reward": reward, "score": instance.last["score"] + reward,
                              "done": terminated or truncated}
             return instance.last

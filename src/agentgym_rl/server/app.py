@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
 from .agentgym import AGENTGYM_ENVS, add_agentgym_routes
+from .errors import env_failed
 
 MAX_ACTION_CHARS = 100_000
 """Longest action accepted (a model's reply can run long; 100 KB of it is already nonsense)."""
@@ -208,6 +209,8 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
                 observation, reset_info = instance.env.reset(body.item_id, seed=body.seed)
             except ValueError as error:  # a bad item id
                 raise HTTPException(422, str(error)) from None
+            except Exception as error:  # noqa: BLE001 — the environment broke: say how, keep serving
+                raise env_failed(error) from None
         return ResetResponse(observation=observation, info=reset_info)
 
     @app.post("/v1/envs/{instance_id}/step")
@@ -218,6 +221,8 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
                 observation, reward, terminated, truncated, step_info = instance.env.step(body.action)
             except EnvStateError as error:
                 raise HTTPException(409, str(error)) from None
+            except Exception as error:  # noqa: BLE001
+                raise env_failed(error) from None
         return StepResponse(observation=observation, reward=reward, terminated=terminated, truncated=truncated,
                             info=step_info)
 

@@ -83,6 +83,9 @@ class LogprobGap:
 def no_update_reason(metrics: dict[str, float]) -> str | None:
     """Why an RL step left the weights as they were, from its metrics (None: it updated)."""
     if metrics["update/trajectories"] == 0:
+        if "adv/num_groups" not in metrics and metrics.get("update/failed_episodes_left_out"):
+            return (f"no rollout to train on: {metrics['update/failed_episodes_left_out']} failed in the environment "
+                    "(their errors are in trajectories/) and the rest have no trained token")
         if "adv/num_groups" not in metrics:
             return "no rollout has a trained token (every episode ended before the model replied)"
         if metrics.get("adv/zero_var_group_frac") == 1.0:
@@ -228,8 +231,12 @@ class RLTrainer(Trainer):
         """Advantages by the algorithm's estimator, then `epochs` passes of the PPO-clip loss
         (plus value, KL and entropy terms as configured) over shuffled minibatches."""
         spec, algo = self.algorithm, self.config.algo
-        rows = [t for t in trajectories if sum(t.loss_mask) > 0]
-        metrics: dict[str, float] = {"kl_coef": self.kl_control.value, "update/trajectories": 0}
+        # An episode cut short by an environment failure has no honest outcome: it is left out
+        # (its group compares the others), and counted.
+        failed = sum(t.error is not None for t in trajectories)
+        rows = [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
+        metrics: dict[str, float] = {"kl_coef": self.kl_control.value, "update/trajectories": 0,
+                                     "update/failed_episodes_left_out": failed}
         if not rows:
             return metrics
         batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=algo.right_token_coef > 0)

@@ -1,0 +1,152 @@
+"""Environment faults cost one trajectory: an env that raises, hangs past the client's timeout
+or answers garbage, or a server killed mid-rollout, ends only the episodes it was playing;
+they are recorded as failed with the reason, left out of the update, and counted."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import CounterEnv, counter_tasks
+from fastapi import FastAPI
+from test_server import serving
+
+from agentgym_rl.config import RLConfig, RolloutConfig, load_config
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.remote import HttpEnv
+from agentgym_rl.envs.tasks import Task
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.rollout.policy import TextPolicy
+from agentgym_rl.train.rl import RLTrainer
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class FaultyEnv(CounterEnv):
+    """The counter game, with an injected fault on some items: index % 10 == 0 raises at its
+    first step, index % 10 == 1 hangs for 3 s there (past a 1 s client timeout)."""
+
+    env_id = "faulty"
+
+    def reset(self, item_id=None, seed=None):
+        self.index = int(str(item_id).split("_")[-1])
+        return super().reset(item_id, seed)
+
+    def step(self, action):
+        if self.count == 0 and self.index % 10 == 0:
+            raise RuntimeError("injected fault")
+        if self.count == 0 and self.index % 10 == 1:
+            time.sleep(3)
+        return super().step(action)
+
+
+def faulty_tasks(split):
+    return [Task("faulty", t.index, t.category) for t in counter_tasks(split)]
+
+
+@pytest.fixture(scope="module")
+def faulty_registered():
+    if "faulty" not in registry.env_ids():
+        registry.register(registry.EnvSpec("faulty", "test_env_faults:FaultyEnv", "test_env_faults:faulty_tasks",
+                                           max_turns=3, expert_entry_point="conftest:CounterExpert"))
+    return "faulty"
+
+
+class Counting(TextPolicy):
+    def reply(self, env):
+        return "Action: count"
+
+
+def test_a_training_step_with_20_percent_failing_episodes_completes_and_counts_them(tmp_path, faulty_registered,
+                                                                                    counter_env_registered):
+    """10 tasks, of which 2 raise (items 0 and 10 of the train split): their 2 x 2 episodes fail,
+    are left out of the update, and the step logs them; the others train."""
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        "env.id=faulty", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=faults", "warmup.episodes=0",
+        "model.corpus_episodes=6", "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
+        "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320",
+        "algo.tasks_per_step=10", "algo.group_size=2", "rollout.max_new_tokens=4", "schedule.horizons=[2]",
+        "train.steps=1", "train.validate_every=0", "optim.micro_batch_size=4"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    faulty = [t for t in trainer.sample_tasks(0) if t.index % 10 == 0]
+    trainer.fit()
+    [row] = [json.loads(line) for line in (tmp_path / "faults" / "metrics.jsonl").read_text().splitlines()]
+    assert row["train/errors"] == row["update/failed_episodes_left_out"] == 2 * len(faulty) > 0
+    episodes = [json.loads(line) for line in (tmp_path / "faults" / "trajectories" / "step_000001.jsonl")
+                .read_text().splitlines()]
+    failed = [e for e in episodes if e["error"]]
+    assert len(failed) == 2 * len(faulty) and all("injected fault" in e["error"] for e in failed)
+    assert all(e["error"] is None for e in episodes if int(e["item_id"].split("_")[-1]) % 10 != 0)
+
+
+def test_a_hanging_or_raising_env_behind_a_server_fails_only_its_episodes(faulty_registered):
+    tasks = faulty_tasks("train")[:6]  # items 0 (raises) and 1 (hangs), 2..5 fine
+    with serving("faulty") as url:
+        engine = RolloutEngine(lambda: HttpEnv(url, timeout=1.0), RolloutConfig())
+        trajectories = engine.run(tasks, Counting(), max_turns=3)
+    by_item = {t.item_id: t for t in trajectories}
+    assert "injected fault" in by_item["faulty_0"].error  # the server's 500, as the client saw it
+    assert "Timeout" in by_item["faulty_1"].error
+    assert all(by_item[f"faulty_{i}"].error is None and by_item[f"faulty_{i}"].success for i in range(2, 6))
+
+
+def test_a_malformed_answer_fails_the_episode_with_the_reason():
+    app = FastAPI()
+    app.get("/v1/info")(lambda: {"env_id": "counter", "instruction": "", "max_turns": 3})
+    app.post("/v1/envs")(lambda: {"id": 1})
+    app.post("/v1/envs/1/reset")(lambda: {"observation": "Goal: count to 1.", "info": {"item_id": "counter_0"}})
+    app.post("/v1/envs/1/step")(lambda: {"observation": 42, "reward": "lots"})
+    app.delete("/v1/envs/1")(lambda: {"closed": 1})
+    import uvicorn
+    from test_server import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        [trajectory] = RolloutEngine(lambda: HttpEnv(f"http://127.0.0.1:{port}")).run(
+            [Task("counter", 0, "goal1")], Counting(), max_turns=3)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert "malformed step answer" in trajectory.error
+
+
+def test_killing_a_server_mid_rollout_fails_only_its_episodes(counter_env_registered):
+    """Two servers; after the first turn one of them is shut down: the episodes it held end as
+    failed with the reason, the other server's episodes finish intact."""
+    with serving("counter") as first:
+        stopper: dict = {}
+
+        class KillsAfterFirstTurn(TextPolicy):
+            turns = 0
+
+            def act(self, envs, prompts, max_new_tokens):
+                self.turns += 1
+                if self.turns == 2:
+                    stopper["stop"]()
+                return super().act(envs, prompts, max_new_tokens)
+
+            def reply(self, env):
+                return "Action: count"
+
+        import contextlib
+
+        stack = contextlib.ExitStack()
+        second = stack.enter_context(serving("counter"))
+        stopper["stop"] = stack.close
+        urls = iter([first, second] * 8)
+        engine = RolloutEngine(lambda: HttpEnv(next(urls), retries=1, backoff=0.01), RolloutConfig())
+        tasks = [Task("counter", i, "goal3") for i in (2, 5, 8, 11)]  # goal 3: three turns each
+        trajectories = engine.run(tasks, KillsAfterFirstTurn(), max_turns=3)
+        stack.close()
+    on_first, on_second = trajectories[0::2], trajectories[1::2]
+    assert all(t.error is None and t.success for t in on_first)
+    assert all(t.error is not None and "cannot connect" in t.error for t in on_second)
+    assert all(t.turns == 1 for t in on_second)  # what they played before the server went is kept
