@@ -9,16 +9,24 @@ from typing import Callable, Sequence
 _ACTION_LINE = re.compile(r"^\s*action\s*:\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
+MAX_ACTION_CHARS = 1000
+"""An action is cut to this length: no environment has a longer one, and an environment that
+echoes a rejected action back must not echo a 100 KB reply into the conversation."""
+
+
 def extract_action(text: str) -> str | None:
     """Return the action of a ReAct reply, or the whole text when it has no `Action:` line.
 
-    The last `Action:` line wins (a model that "corrects itself" means the later one).
-    Returns None for an empty reply or an empty `Action:` line.
+    The last `Action:` line wins (a model that "corrects itself" means the later one), in
+    every environment. The text is made safe for any simulator first: NULs are dropped, lone
+    surrogates (text that was not valid UTF-8) become "?", and the action is cut to
+    `MAX_ACTION_CHARS`. Returns None for an empty reply or an empty `Action:` line.
     """
+    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
     matches = _ACTION_LINE.findall(text)
     action = matches[-1] if matches else text.strip()
     action = action.strip().strip("`").strip().rstrip(".")
-    return action or None
+    return action[:MAX_ACTION_CHARS] or None
 
 
 def drop_thought(text: str) -> str:
