@@ -236,19 +236,24 @@ def test_reward_modes_on_a_solved_item(env, mode, rewards):
         env.step("look around")
 
 
-def test_rewards_add_up_to_the_final_score_when_a_subgoal_counts_from_the_start(env):
-    """In 3-1 the agent starts in the workshop, a sub-goal the first look already scores."""
+def test_rewards_are_only_for_what_the_agent_did(env):
+    """In 3-1 the agent starts in the workshop, a sub-goal the first look already scores (7):
+    that is never paid, not even to a first action the simulator rejects; the gold path's
+    rewards add up to the final score less those 7."""
     env.reward_mode = "raw"
     try:
         _, info = env.reset(item_index("3-1", 15))
         assert info["score"] == 7
+        _, reward, _, _, rejected = env.step("jump over the moon")
+        assert rejected["invalid_action"] and reward == 0 and rejected["score"] == 7
+        env.reset(item_index("3-1", 15))
         gold = [action for action in env.gold_actions() if action != "look around"]
         results = [env.step(action) for action in gold[:5]]
     finally:
         env.reward_mode = "score"
     assert results[-1][2] and results[-1][4]["success"]
-    assert results[0][1] == results[0][4]["score"]  # the first reward pays the 7 of the reset too
-    assert sum(r[1] for r in results) == 100
+    assert results[0][1] == results[0][4]["score"] - 7
+    assert sum(r[1] for r in results) == 100 - 7
 
 
 @pytest.mark.parametrize("mode, last", [("raw", -150.0), ("score", -0.5), ("success", 0.0)])

@@ -9,13 +9,14 @@ Rewards (`reward=` in the constructor). The simulator scores an episode 0-100 by
 and sets it to -100 when the task is failed irreversibly (e.g. focusing on the wrong thing).
 Each step's reward is the change of:
 
-- "score" (default): the normalised score `max(score, 0) / 100`, so an episode's rewards sum
-  to its final normalised score in [0, 1];
+- "score" (default): the normalised score `max(score, 0) / 100`;
 - "success": 1 when the task is completed with score 100, else 0;
 - "raw": the raw score, as the simulator's own reward (the original trained on it).
 
-(A sub-goal met from the start, such as being in the right room, already scores on the
-reset's `look around`; the first step's reward pays it, so the sums above hold.)
+Rewards are only for what the agent did: a sub-goal met from the start (such as being in the
+right room) scores on the reset's `look around` and is never paid, and an action the
+simulator rejects earns 0. So an episode's "score" rewards sum to its final normalised score
+less the starting one.
 
 Why "score" by default: success is rare on SciWorld (even large models complete few tasks),
 and a group of samples that all score 0 gives GRPO nothing to learn from; partial credit for
@@ -177,9 +178,9 @@ class SciWorldEnv(TextEnv):
         self.episode += 1
         self._call(lambda server: self._restore(server, gold=False, verify=False))
         # A sub-goal met from the start (e.g. "be in the workshop") may already count after
-        # this first look; it is paid with the first step's reward (`_paid` stays 0), so
-        # that an episode's rewards add up to its final score.
+        # this first look: the agent did nothing for it, so it is never paid.
         look, self._score, _ = self._exchange("look around")
+        self._paid = self._score
         description = self._call(lambda server: str(server.getTaskDescription()))
         self._done = False
         self._info = {
@@ -213,8 +214,9 @@ class SciWorldEnv(TextEnv):
         success = score >= 100
         terminated = bool(completed) or score < 0 or success
         self._done = terminated
-        return obs, self._reward(previous, score), terminated, False, self._step_info(
-            score, invalid=is_failure_message(obs), success=success)
+        invalid = is_failure_message(obs)
+        reward = 0.0 if invalid else self._reward(previous, score)  # a rejected action earns nothing
+        return obs, reward, terminated, False, self._step_info(score, invalid=invalid, success=success)
 
     def expert_action(self) -> str | None:
         """The next action of the task's gold path not yet taken (`expert.SciWorldExpert`)."""
