@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class FaultyEnv(CounterEnv):
-    """The counter game, with an injected fault on some items: index % 10 == 0 raises at its
-    first step, index % 10 == 1 hangs for 3 s there (past a 1 s client timeout)."""
+    """The counter game, with an injected fault on 20% of its items: index % 10 == 0 raises at
+    its first step, index % 10 == 5 hangs for 3 s there (past a 1 s client timeout)."""
 
     env_id = "faulty"
 
@@ -38,7 +38,7 @@ class FaultyEnv(CounterEnv):
     def step(self, action):
         if self.count == 0 and self.index % 10 == 0:
             raise RuntimeError("injected fault")
-        if self.count == 0 and self.index % 10 == 1:
+        if self.count == 0 and self.index % 10 == 5:
             time.sleep(3)
         return super().step(action)
 
@@ -62,8 +62,8 @@ class Counting(TextPolicy):
 
 def test_a_training_step_with_20_percent_failing_episodes_completes_and_counts_them(tmp_path, faulty_registered,
                                                                                     counter_env_registered):
-    """10 tasks, of which 2 raise (items 0 and 10 of the train split): their 2 x 2 episodes fail,
-    are left out of the update, and the step logs them; the others train."""
+    """10 tasks, among them raising ones: their episodes fail, are left out of the update, and
+    the step logs them; the others (hanging ones too: in process nothing times out) train."""
     config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
         "env.id=faulty", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=faults", "warmup.episodes=0",
         "model.corpus_episodes=6", "model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
@@ -83,14 +83,14 @@ def test_a_training_step_with_20_percent_failing_episodes_completes_and_counts_t
 
 
 def test_a_hanging_or_raising_env_behind_a_server_fails_only_its_episodes(faulty_registered):
-    tasks = faulty_tasks("train")[:6]  # items 0 (raises) and 1 (hangs), 2..5 fine
+    tasks = faulty_tasks("train")[:6]  # items 0 (raises) and 5 (hangs), 1..4 fine
     with serving("faulty") as url:
         engine = RolloutEngine(lambda: HttpEnv(url, timeout=1.0), RolloutConfig())
         trajectories = engine.run(tasks, Counting(), max_turns=3)
     by_item = {t.item_id: t for t in trajectories}
     assert "injected fault" in by_item["faulty_0"].error  # the server's 500, as the client saw it
-    assert "Timeout" in by_item["faulty_1"].error
-    assert all(by_item[f"faulty_{i}"].error is None and by_item[f"faulty_{i}"].success for i in range(2, 6))
+    assert "Timeout" in by_item["faulty_5"].error
+    assert all(by_item[f"faulty_{i}"].error is None and by_item[f"faulty_{i}"].success for i in range(1, 5))
 
 
 def test_a_malformed_answer_fails_the_episode_with_the_reason():
@@ -150,3 +150,27 @@ def test_killing_a_server_mid_rollout_fails_only_its_episodes(counter_env_regist
     assert all(t.error is None and t.success for t in on_first)
     assert all(t.error is not None and "cannot connect" in t.error for t in on_second)
     assert all(t.turns == 1 for t in on_second)  # what they played before the server went is kept
+
+
+def test_a_training_step_through_servers_survives_raising_and_hanging_envs(tmp_path, faulty_registered):
+    """The same 20% of faulty tasks behind a server, half raising and half hanging past
+    env.server_timeout: the step completes and counts every failed episode."""
+    with serving("faulty") as url:
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+            "env.id=faulty", "env.kwargs={}", f"env.urls=[{url}]", "env.server_timeout=1", f"run.output_dir={tmp_path}",
+            "run.name=served", "warmup.episodes=0", "model.corpus_episodes=6", "model.tiny.hidden_size=32",
+            "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
+            "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320", "algo.tasks_per_step=10",
+            "algo.group_size=2", "rollout.max_new_tokens=4", "schedule.horizons=[2]", "train.steps=1",
+            "train.validate_every=0", "optim.micro_batch_size=4"])
+        trainer = RLTrainer(config, log=lambda _: None)
+        faulty = [t for t in trainer.sample_tasks(0) if t.index % 10 in (0, 5)]
+        trainer.fit()
+    [row] = [json.loads(line) for line in (tmp_path / "served" / "metrics.jsonl").read_text().splitlines()]
+    assert row["train/errors"] == row["update/failed_episodes_left_out"] == 2 * len(faulty) > 0
+    episodes = [json.loads(line) for line in (tmp_path / "served" / "trajectories" / "step_000001.jsonl")
+                .read_text().splitlines()]
+    errors = [e["error"] for e in episodes if e["error"]]
+    # The step's tasks hold both kinds of fault (items 10, and 5 and 15), and each failed as it should.
+    assert sorted(t.index for t in faulty) == [5, 10, 15]
+    assert sum("injected fault" in e for e in errors) == 2 and sum("Timeout" in e for e in errors) == 4

@@ -18,6 +18,6 @@ __all__ = [
     "AlgoConfig", "DPOConfig", "DPODataConfig", "DPOLossConfig", "EnvConfig", "EvalConfig", "FinetuneConfig",
     "ModelConfig", "OptimConfig", "PLAYED_SECTIONS", "PairConfig", "PlayConfig", "RFTConfig", "RFTRoundConfig",
     "RLConfig", "RolloutConfig", "RunConfig", "SFTConfig", "SFTDataConfig", "SampleConfig", "ScheduleConfig",
-    "TinyModelConfig", "TrainLoopConfig", "TrainingRun", "WarmupConfig", "apply_override", "from_dict", "load_config", "load_yaml",
-    "set_key", "to_dict",
+    "TinyModelConfig", "TrainLoopConfig", "TrainingRun", "WarmupConfig", "apply_override", "from_dict",
+    "load_config", "load_yaml", "set_key", "to_dict",
 ]

@@ -57,6 +57,9 @@ class EnvConfig:
     """Servers of this environment (`agentgym-rl serve-env`) to play the rollouts on instead of
     in process, new episodes spread over them in turn; `kwargs` then belong to the servers.
     Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN."""
+    server_timeout: PositiveFloat = 60.0
+    """Seconds an environment server may take to answer one call; an episode whose call times
+    out ends as failed (recorded with the reason, left out of the update)."""
     invalid_action_penalty: NonNegativeFloat = 0.0
     """RL training only: subtract this from the reward of each step the environment marks
     invalid (`envs.wrappers.InvalidActionPenalty`). Validation and evaluation keep the

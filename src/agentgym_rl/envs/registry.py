@@ -74,13 +74,15 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
-def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[str] = ()) -> Callable[[], TextEnv]:
+def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[str] = (),
+                timeout: float = 60.0) -> Callable[[], TextEnv]:
     """A function building fresh `env_id` environments with `kwargs`, checked by building
     one now so that bad arguments are a `UserError` before any work starts. With `urls`, the
-    environments are clients of those servers (`agentgym-rl serve-env`), taken in turn."""
+    environments are clients of those servers (`agentgym-rl serve-env`), taken in turn, that
+    wait `timeout` seconds for an answer."""
     kwargs = dict(kwargs or {})
     if urls:
-        return _remote_factory(env_id, kwargs, list(urls))
+        return _remote_factory(env_id, kwargs, list(urls), timeout)
     try:
         make(env_id, **kwargs).close()
     except TypeError as error:
@@ -93,7 +95,7 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
     return factory
 
 
-def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str]) -> Callable[[], TextEnv]:
+def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:
     from .remote import HttpEnv, RemoteEnvError
 
     if kwargs:
@@ -101,7 +103,7 @@ def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str]) -> Cal
                         "`agentgym-rl serve-env ... --env-arg key=value` instead")
     for url in urls:  # every server is reachable and serves this environment, checked before any work
         try:
-            probe = HttpEnv(url, retries=1)
+            probe = HttpEnv(url, retries=1, timeout=timeout)
         except RemoteEnvError as error:
             raise UserError(f"environment server {url}: {error}") from None
         probe.close()
@@ -113,7 +115,7 @@ def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str]) -> Cal
     def factory() -> TextEnv:
         with lock:
             url = urls[next(turn) % len(urls)]
-        return HttpEnv(url)
+        return HttpEnv(url, timeout=timeout)
 
     factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
     return factory

@@ -37,7 +37,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
-             dtype: str = "float32", env_urls: list[str] = ()) -> tuple[dict, list[Trajectory]]:
+             dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0
+             ) -> tuple[dict, list[Trajectory]]:
     """Play the first `episodes` tasks of `split`, `samples` times each.
 
     Returns:
@@ -58,7 +59,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
     agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype)
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls), rollout)
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout)
     from tqdm import tqdm
 
     with tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:
@@ -73,7 +74,7 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
-                    env_urls=config.env.urls)
+                    env_urls=config.env.urls, env_timeout=config.env.server_timeout)
 
 
 def format_table(summary: dict, title: str | None = None) -> str:

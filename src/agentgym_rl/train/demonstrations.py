@@ -29,7 +29,7 @@ EPISODES_PER_PROCESS = 32
 
 def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_turns: int | None = None,
                    rollout: RolloutConfig | None = None, env_kwargs: dict | None = None,
-                   progress: Any = None, env_urls: list[str] = ()) -> list[Trajectory]:
+                   progress: Any = None, env_urls: list[str] = (), env_timeout: float = 60.0) -> list[Trajectory]:
     """Run the environment's expert on the first `episodes` tasks of `split`.
 
     With `rollout.expert_processes` other than 1 and enough episodes, slices of the tasks are
@@ -41,13 +41,13 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
     # "fork": children inherit the registry (with envs registered at run time) and need no
     # `if __name__ == "__main__"` guard in the caller's script; they run no torch code.
     if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, env_urls, progress)
+        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, env_urls, env_timeout, progress)
     # Small slices handed out as processes free up keep both the load and the progress bar even.
     size = max(1, min(16, len(tasks) // (4 * processes)))
     slices = [tasks[start:start + size] for start in range(0, len(tasks), size)]
     trajectories: list[Trajectory] = []
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs, env_urls)
+        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs, env_urls, env_timeout)
                    for part in slices]
         for offset, future in zip(range(0, len(tasks), size), futures):
             played = future.result()
@@ -58,8 +58,9 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
 
 
 def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollout: RolloutConfig,
-                 env_kwargs: dict | None, env_urls: list[str], progress: Any = None) -> list[Trajectory]:
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls), rollout)
+                 env_kwargs: dict | None, env_urls: list[str], env_timeout: float,
+                 progress: Any = None) -> list[Trajectory]:
+    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout)
     return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
 
 
@@ -86,7 +87,8 @@ def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupC
     data, _ = prepare_sft_data(successes, warmup.max_tokens, ChatEncoder(tokenizer))
     if not data:
         raise UserError(f"the warm-up has no demonstration to learn from: of {len(demos[:warmup.episodes])} expert "
-                        f"episodes {len(successes)} succeeded, and none is within warmup.max_tokens={warmup.max_tokens}")
+                        f"episodes {len(successes)} succeeded, and none is within "
+                        f"warmup.max_tokens={warmup.max_tokens}")
     learner = Learner(model, warmup.optim)
     pack_tokens = warmup.pack_tokens if warmup.packing else 0
     batches = warmup.epochs * len(plan_batches([len(t.input_ids) for t in data], warmup.batch_size, pack_tokens))

@@ -114,7 +114,7 @@ class RLTrainer(Trainer):
         self._gap, self._gap_in_loss = LogprobGap(), False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.eval.episodes]
-        make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls)
+        make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls, config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
                   or config.algo.right_token_coef > 0)

@@ -147,7 +147,8 @@ class Session:
         """`samples` episodes of the model on each of `tasks` (horizon `max_turns`, None: the
         environment's), with a progress bar; token ids exactly as sampled."""
         env = self.config.env
-        engine = RolloutEngine(registry.env_factory(env.id, env.kwargs, env.urls), self.config.rollout)
+        engine = RolloutEngine(registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout),
+                               self.config.rollout)
         horizon = max_turns or registry.spec(env.id).max_turns
         with tqdm(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
@@ -161,7 +162,8 @@ class Session:
         env = self.config.env
         summary, _ = evaluate(env.id, self.policy(evaluation.temperature), env.eval_split, evaluation.episodes,
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
-                              self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls)
+                              self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
+                              env_timeout=env.server_timeout)
         return summary
 
     def save(self, name: str) -> Path:
@@ -186,7 +188,8 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
         env = config.env
         with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
             demos = collect_expert(env.id, env.train_split, need, seed=config.run.seed, rollout=config.rollout,
-                                   env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls)
+                                   env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls,
+                                   env_timeout=env.server_timeout)
     path = config.model.path
     if builds_tiny:
         texts = corpus() if corpus is not None else conversation_text(demos[:config.model.corpus_episodes])

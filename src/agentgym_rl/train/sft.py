@@ -52,7 +52,8 @@ class SFTTrainer(Trainer):
             with tqdm(total=data.episodes, desc=f"expert demonstrations ({env.id})", unit="ep") as bar:
                 conversations = collect_expert(env.id, env.train_split, data.episodes, seed=self.config.run.seed,
                                                max_turns=data.max_turns, rollout=self.config.rollout,
-                                               env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls)
+                                               env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls,
+                                               env_timeout=env.server_timeout)
             conversations = [t for t in conversations if t.error is None]
             source = f"{len(conversations)} {env.id} expert episodes"
         if data.successes_only:
