@@ -2,7 +2,7 @@
 
 ```
 <run.output_dir>/<run.name>/
-  config.yaml        the resolved config (loads back with `read_config`)
+  config.yaml        the resolved config (`played_settings` reads what eval needs of it)
   metrics.jsonl      one JSON line per step (`MetricsLogger`, `read_metrics`)
   tensorboard/       the same scalars for TensorBoard
   trajectories/      step_000001.jsonl ... rollouts of each RL step
@@ -21,19 +21,17 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-from .config import PLAYED_SECTIONS, load_config, load_yaml, to_dict
+from .config import PLAYED_SECTIONS, load_yaml, to_dict
 from .errors import UserError
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 MIN_FREE_BYTES = 256 * 2**20
 """Least free disk space a run starts with (the tiny model's checkpoints are ~12 MB each)."""
-
-C = TypeVar("C")
 
 
 def holds_run(run_dir: str | Path) -> bool:
@@ -62,14 +60,6 @@ def write_config(run_dir: str | Path, config: Any) -> None:
     if free < MIN_FREE_BYTES:
         raise UserError(f"only {free / 2**20:.0f} MiB are free on the disk of {str(run_dir)!r}; a run writes "
                         f"checkpoints, trajectories and logs: free at least {MIN_FREE_BYTES / 2**20:.0f} MiB")
-
-
-def read_config(run_dir: str | Path, cls: type[C]) -> C:
-    """The config a run was started with, as `cls`."""
-    path = Path(run_dir) / CONFIG
-    if not path.is_file():
-        raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
-    return load_config(cls, path)
 
 
 def played_settings(run_dir: str | Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ The engine asks only for this protocol; it never checks which kind of policy it 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -91,7 +92,7 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bo
     return ModelPolicy(generator, encoder)
 
 
-class TextPolicy:
+class TextPolicy(ABC):
     """A policy that replies in text from what each environment's API returns; a subclass
     implements `reply(env)`."""
 
@@ -103,8 +104,9 @@ class TextPolicy:
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
         return [Reply(self.reply(env)) for env in envs]
 
+    @abstractmethod
     def reply(self, env: TextEnv) -> str:
-        raise NotImplementedError
+        """The reply (ReAct text, or a bare action) to the environment's current state."""
 
 
 class ScriptedPolicy(TextPolicy):

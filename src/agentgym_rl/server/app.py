@@ -132,26 +132,25 @@ class _Instances:
         instance.last_used = time.monotonic()
         return instance
 
-    def close(self, instance_id: int) -> None:
+    def close(self, instance_id: int, missing_ok: bool = False) -> None:
         with self._lock:
             instance = self._by_id.pop(instance_id, None)
         if instance is None:
+            if missing_ok:
+                return
             raise HTTPException(404, f"no environment instance {instance_id}")
         with instance.lock:
             instance.env.close()
 
     def close_all(self) -> None:
         for instance_id in list(self._by_id):
-            self.close(instance_id)
+            self.close(instance_id, missing_ok=True)
 
     def _expire(self) -> None:
         now = time.monotonic()
         idle = [i for i, inst in list(self._by_id.items()) if now - inst.last_used > self.idle_seconds]
         for instance_id in idle:
-            try:
-                self.close(instance_id)
-            except HTTPException:
-                pass  # closed meanwhile
+            self.close(instance_id, missing_ok=True)  # a client may have closed it meanwhile
 
 
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,

@@ -165,9 +165,8 @@ class RLTrainer(Trainer):
                             "run.name, or delete the folder")
         for checkpoint in reversed(found):
             try:
-                session = Session.resume(self.config, checkpoint, self.log, **options)
                 state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-                return session, state, checkpoint
+                return Session.resume(self.config, checkpoint, self.log, **options), state, checkpoint
             except Exception as error:  # noqa: BLE001 — any unreadable file makes the checkpoint unusable
                 reason = traceback.format_exception_only(type(error), error)[-1].strip()
                 self.log(f"warning: checkpoint {checkpoint} cannot be loaded ({reason[:200]}); trying the one before")
