@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CounterEnv, counter_tasks
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from test_server import serving
 
 from agentgym_rl.config import RLConfig, RolloutConfig, load_config
@@ -27,7 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 class FaultyEnv(CounterEnv):
     """The counter game, with an injected fault on 20% of its items: index % 10 == 0 raises at
-    its first step, index % 10 == 5 hangs for 3 s there (past a 1 s client timeout)."""
+    its first step, index % 10 == 5 hangs for 3 s there (past a 1 s client timeout). Index
+    % 10 == 7 marks that step's observation GARBLE, for a server to answer garbage (see
+    `garbling`)."""
 
     env_id = "faulty"
 
@@ -40,7 +42,23 @@ class FaultyEnv(CounterEnv):
             raise RuntimeError("injected fault")
         if self.count == 0 and self.index % 10 == 5:
             time.sleep(3)
+        if self.count == 0 and self.index % 10 == 7:
+            observation, *rest = super().step(action)
+            return ("GARBLE " + observation, *rest)
         return super().step(action)
+
+
+def garbling(app: FastAPI) -> None:
+    """Make `app` answer an HTML page, with status 200, in place of any answer holding GARBLE
+    (as a proxy in a bad state might)."""
+
+    @app.middleware("http")
+    async def garble(request, call_next):
+        response = await call_next(request)
+        body = b"".join([chunk async for chunk in response.body_iterator])
+        if b"GARBLE" in body:
+            return Response(b"<html><body>502 Bad Gateway</body></html>", media_type="text/html")
+        return Response(body, status_code=response.status_code, headers=dict(response.headers))
 
 
 def faulty_tasks(split):
@@ -152,10 +170,10 @@ def test_killing_a_server_mid_rollout_fails_only_its_episodes(counter_env_regist
     assert all(t.turns == 1 for t in on_second)  # what they played before the server went is kept
 
 
-def test_a_training_step_through_servers_survives_raising_and_hanging_envs(tmp_path, faulty_registered):
-    """The same 20% of faulty tasks behind a server, half raising and half hanging past
-    env.server_timeout: the step completes and counts every failed episode."""
-    with serving("faulty") as url:
+def test_a_training_step_through_servers_survives_raising_hanging_and_garbled_envs(tmp_path, faulty_registered):
+    """30% of faulty tasks behind a server: raising, hanging past env.server_timeout, and
+    answered with garbage: the step completes and counts every failed episode."""
+    with serving("faulty", wrap=garbling) as url:
         config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
             "env.id=faulty", "env.kwargs={}", f"env.urls=[{url}]", "env.server_timeout=1", f"run.output_dir={tmp_path}",
             "run.name=served", "warmup.episodes=0", "model.corpus_episodes=6", "model.tiny.hidden_size=32",
@@ -164,13 +182,14 @@ def test_a_training_step_through_servers_survives_raising_and_hanging_envs(tmp_p
             "algo.group_size=2", "rollout.max_new_tokens=4", "schedule.horizons=[2]", "train.steps=1",
             "train.validate_every=0", "optim.micro_batch_size=4"])
         trainer = RLTrainer(config, log=lambda _: None)
-        faulty = [t for t in trainer.sample_tasks(0) if t.index % 10 in (0, 5)]
+        faulty = [t for t in trainer.sample_tasks(0) if t.index % 10 in (0, 5, 7)]
         trainer.fit()
     [row] = [json.loads(line) for line in (tmp_path / "served" / "metrics.jsonl").read_text().splitlines()]
     assert row["train/errors"] == row["update/failed_episodes_left_out"] == 2 * len(faulty) > 0
     episodes = [json.loads(line) for line in (tmp_path / "served" / "trajectories" / "step_000001.jsonl")
                 .read_text().splitlines()]
     errors = [e["error"] for e in episodes if e["error"]]
-    # The step's tasks hold both kinds of fault (items 10, and 5 and 15), and each failed as it should.
-    assert sorted(t.index for t in faulty) == [5, 10, 15]
+    # The step's tasks hold every kind of fault (item 10; 5 and 15; 17), each failed as it should.
+    assert sorted(t.index for t in faulty) == [5, 10, 15, 17]
     assert sum("injected fault" in e for e in errors) == 2 and sum("Timeout" in e for e in errors) == 4
+    assert sum("not a JSON answer" in e for e in errors) == 2

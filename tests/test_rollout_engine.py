@@ -1,13 +1,17 @@
-"""The rollout engine's scheduling: a cap on live environments keeps task order and results."""
+"""The rollout engine's scheduling: a cap on live environments keeps task order and results;
+environments are reused across episodes and runs, and a reused one plays exactly as a fresh one."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 from conftest import CounterEnv, CounterExpert
 
-from agentgym_rl.envs.tasks import Task
 from agentgym_rl.config import RolloutConfig
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.base import EnvExpert
+from agentgym_rl.envs.tasks import Task
 from agentgym_rl.rollout.engine import RolloutEngine
 
 
@@ -38,10 +42,12 @@ class _LiveCounter:
 def test_max_envs_caps_live_environments_and_keeps_order():
     tasks = [Task("counter", i, "c") for i in range(7)]
     capped, free = _LiveCounter(), _LiveCounter()
-    out = RolloutEngine(capped, RolloutConfig(max_envs=2)).run(tasks, CounterExpert(), max_turns=3, samples=2)
-    reference = RolloutEngine(free, RolloutConfig()).run(tasks, CounterExpert(), max_turns=3, samples=2)
+    with RolloutEngine(capped, RolloutConfig(max_envs=2)) as engine:
+        out = engine.run(tasks, CounterExpert(), max_turns=3, samples=2)
+    with RolloutEngine(free, RolloutConfig()) as engine:
+        reference = engine.run(tasks, CounterExpert(), max_turns=3, samples=2)
     assert capped.most == 2 and free.most == 14
-    assert capped.live == 0 and free.live == 0
+    assert capped.live == 0 and free.live == 0  # closing the engine closed what it kept
     assert [(t.item_id, t.group, t.turns, t.success) for t in out] == \
         [(t.item_id, t.group, t.turns, t.success) for t in reference]
 
@@ -50,6 +56,58 @@ def test_the_factory_limit_applies_when_the_config_sets_none():
     counter = _LiveCounter()
     counter.max_parallel = 3
     finished = []
-    RolloutEngine(counter).run([Task("counter", i, "c") for i in range(5)], CounterExpert(), max_turns=3,
-                               progress=finished.append)
+    with RolloutEngine(counter) as engine:
+        engine.run([Task("counter", i, "c") for i in range(5)], CounterExpert(), max_turns=3, progress=finished.append)
     assert counter.most == 3 and sum(finished) == 5
+
+
+def test_environments_are_reused_across_episodes_and_runs():
+    """Two runs of 14 episodes, at most 2 at once: 2 environments are made in all, none closed
+    until the engine is; the second run plays as the first."""
+    counter = _LiveCounter()
+    tasks = [Task("counter", i, "c") for i in range(7)]
+    engine = RolloutEngine(counter, RolloutConfig(max_envs=2))
+    first = engine.run(tasks, CounterExpert(), max_turns=3, samples=2)
+    second = engine.run(tasks, CounterExpert(), max_turns=3, samples=2)
+    assert engine.envs_made == 2 and counter.live == 2
+    assert [t.messages for t in second] == [t.messages for t in first]
+    engine.close()
+    assert counter.live == 0
+
+
+class _BreaksOnItem3(CounterEnv):
+    def reset(self, item_id=None, seed=None):
+        if str(item_id).endswith("3"):
+            raise RuntimeError("broken")
+        return super().reset(item_id, seed)
+
+
+def test_an_environment_that_raised_is_closed_and_never_reused():
+    made: list[CounterEnv] = []
+
+    def factory():
+        made.append(_BreaksOnItem3())
+        return made[-1]
+
+    with RolloutEngine(factory, RolloutConfig(max_envs=1)) as engine:
+        out = engine.run([Task("counter", i, "c") for i in range(6)], CounterExpert(), max_turns=3)
+        assert [t.error is not None for t in out] == [False, False, False, True, False, False]
+        assert len(made) == 2 and made[0].closed == 1 and made[1].closed == 0  # the first broke on item 3
+    assert made[1].closed == 1
+
+
+@pytest.mark.parametrize("env_id, items, max_turns", [("babyai", 6, 20), ("textcraft", 6, 20), ("sciworld", 3, 12)])
+def test_a_reused_environment_plays_as_a_fresh_one(env_id, items, max_turns):
+    """The expert's episodes on one environment reset again and again (sciworld: one JVM) equal
+    those on a new environment per episode: a reset leaves nothing of the episode before."""
+    tasks = registry.tasks(env_id, "test")[:items]
+    with RolloutEngine(registry.env_factory(env_id), RolloutConfig(max_envs=1)) as engine:
+        reused = engine.run(tasks, EnvExpert(), max_turns)
+        assert engine.envs_made == 1
+    fresh = []
+    for task in tasks:
+        with RolloutEngine(registry.env_factory(env_id), RolloutConfig(max_envs=1)) as engine:
+            fresh += engine.run([task], EnvExpert(), max_turns)
+    assert all(t.error is None for t in reused + fresh)
+    assert [t.messages for t in reused] == [t.messages for t in fresh]
+    assert [t.turn_rewards for t in reused] == [t.turn_rewards for t in fresh]

@@ -29,11 +29,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(env_id: str, port: int | None = None, **options):
-    """A real server on loopback, in a thread, for the duration of the block; yields its URL."""
+def serving(env_id: str, port: int | None = None, wrap=None, **options):
+    """A real server on loopback, in a thread, for the duration of the block; yields its URL.
+    `wrap(app)` may add middleware to the app first."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(env_id, **options), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    app = create_app(env_id, **options)
+    if wrap is not None:
+        wrap(app)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -62,12 +65,15 @@ def test_check_env_passes_through_http(env_id):
 def test_http_episodes_equal_in_process_episodes(babyai_url):
     """The expert, asked through the API, plays the same episodes over HTTP as in process."""
     tasks = registry.tasks("babyai", "test")[:4]
-    local = RolloutEngine(registry.env_factory("babyai"), RolloutConfig()).run(tasks, EnvExpert(), 20, samples=2)
-    remote = RolloutEngine(lambda: HttpEnv(babyai_url), RolloutConfig()).run(tasks, EnvExpert(), 20, samples=2)
+    with RolloutEngine(registry.env_factory("babyai"), RolloutConfig()) as engine:
+        local = engine.run(tasks, EnvExpert(), 20, samples=2)
+    with RolloutEngine(registry.env_factory("babyai", urls=[babyai_url]), RolloutConfig(max_envs=3)) as engine:
+        remote = engine.run(tasks, EnvExpert(), 20, samples=2)
+        assert httpx.get(f"{babyai_url}/health").json()["instances"] == 3  # kept for the next episodes
     assert [t.messages for t in remote] == [t.messages for t in local]
     assert [t.turn_rewards for t in remote] == [t.turn_rewards for t in local]
     assert all(t.success and t.error is None for t in remote)
-    assert httpx.get(f"{babyai_url}/health").json()["instances"] == 0  # every episode closed its instance
+    assert httpx.get(f"{babyai_url}/health").json()["instances"] == 0  # closing the engine closed them
 
 
 def test_the_server_answers_mistakes_with_their_status(babyai_url):
@@ -241,4 +247,32 @@ def test_agentgym_textcraft_client_requests_are_answered_as_it_reads_them():
         assert httpx.get(f"{url}/detail", params={"id": env_id}).json()["done"] is True
         custom = httpx.post(f"{url}/create", json={"minecraft_dir": None, "commands": "craft 1 x", "goal": "x"})
         assert custom.status_code == 422
+        assert httpx.post(f"{url}/close", json={"id": env_id}).json() is True
+
+
+def test_agentgym_sciworld_client_requests_are_answered_as_it_reads_them():
+    """SciworldEnvClient's requests: `data_idx` means the same (task, variation) as on AgentGym's
+    server; the client reads `task_description` and `observation` apart from reset, and trains on
+    the step's `score` (the simulator's, 0..100)."""
+    item = 2936  # task 4-1 (find a living thing), variation 0: a short gold path
+    with serving("sciworld") as url:
+        env_id = httpx.post(f"{url}/create").json()["id"]
+        reset = httpx.post(f"{url}/reset", json={"data_idx": item, "id": env_id}, timeout=60).json()
+        assert set(reset) == {"task_name", "var_num", "task_description", "observation", "reward", "score",
+                              "deleted", "done"}
+        assert (reset["task_name"], reset["var_num"]) == ("find-living-thing", 0)
+        assert reset["task_description"].startswith("Your task is to find a(n) living thing")
+        assert reset["observation"].startswith("This room is called") and reset["done"] is False
+        for _ in range(30):
+            reply = httpx.get(f"{url}/v1/envs/{env_id}/expert_action", timeout=60).json()["action"]
+            action = reply.rsplit("Action:", 1)[-1].strip()  # what the client's ReAct parser sends
+            step = httpx.post(f"{url}/step", json={"action": action, "id": env_id}, timeout=60).json()
+            assert set(step) == {"observation", "reward", "score", "done"}
+            if step["done"]:
+                break
+        assert step["done"] and step["score"] == 100
+        assert httpx.get(f"{url}/observation", params={"id": env_id}).json() == step["observation"]
+        detail = httpx.get(f"{url}/detail", params={"id": env_id}).json()
+        assert detail["done"] is True and detail["score"] == 100 and detail["task_name"] == "find-living-thing"
+        assert httpx.post(f"{url}/reset", json={"data_idx": 10**6, "id": env_id}).status_code == 422
         assert httpx.post(f"{url}/close", json={"id": env_id}).json() is True

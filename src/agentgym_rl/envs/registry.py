@@ -96,26 +96,29 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
 
 
 def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:
-    from .remote import HttpEnv, RemoteEnvError
+    from .remote import EnvServer, HttpEnv, RemoteEnvError
 
     if kwargs:
         raise UserError(f"env.kwargs {kwargs} cannot reach environment servers: start them with "
                         "`agentgym-rl serve-env ... --env-arg key=value` instead")
+    servers = []
     for url in urls:  # every server is reachable and serves this environment, checked before any work
         try:
-            probe = HttpEnv(url, retries=1, timeout=timeout)
+            server = EnvServer(url, retries=1, timeout=timeout)
         except RemoteEnvError as error:
             raise UserError(f"environment server {url}: {error}") from None
-        probe.close()
-        if probe.env_id != env_id:
-            raise UserError(f"environment server {url} serves {probe.env_id!r}, not {env_id!r}")
+        if server.env_id != env_id:
+            server.close()
+            raise UserError(f"environment server {url} serves {server.env_id!r}, not {env_id!r}")
+        server.retries = 3
+        servers.append(server)
     turn = itertools.count()
     lock = threading.Lock()
 
     def factory() -> TextEnv:
         with lock:
-            url = urls[next(turn) % len(urls)]
-        return HttpEnv(url, timeout=timeout)
+            server = servers[next(turn) % len(servers)]
+        return HttpEnv(server)
 
     factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
     return factory

@@ -1,7 +1,7 @@
 """`HttpEnv`: an environment served over HTTP (`agentgym-rl serve-env`), itself a `TextEnv`.
 
 The rollout engine, `check_env` and the experts use it exactly as an in-process environment.
-Connections are pooled; a call that could not reach the server is retried with backoff; an
+The envs of one server share its `EnvServer` (pooled keep-alive connections); a call that could not reach the server is retried with backoff; an
 instance the server no longer knows (it restarted) is created again at the next `reset`. A
 step whose answer was lost is not retried (the environment may have taken it): it raises, and
 the rollout engine records that episode as failed.
@@ -22,8 +22,10 @@ class RemoteEnvError(RuntimeError):
     """The server refused a call or could not be reached (the message says which and why)."""
 
 
-class HttpEnv(TextEnv):
-    """A client of one environment instance on an `agentgym-rl serve-env` server.
+class EnvServer:
+    """One `agentgym-rl serve-env` server as clients see it: a pool of keep-alive connections
+    and the server's `/v1/info`, read once. Every `HttpEnv` of a rollout on this server shares
+    it, so an episode costs no new connection and no extra call.
 
     Args:
         url: the server, e.g. "http://127.0.0.1:8000".
@@ -37,13 +39,16 @@ class HttpEnv(TextEnv):
                  backoff: float = 0.2):
         token = token if token is not None else os.environ.get("AGENTGYM_RL_ENV_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        # As many keep-alive connections as a rollout may keep calls in flight (env_workers
+        # threads, one call each), so that none is reopened per call.
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, limits=limits)
+        self.url = url.rstrip("/")
         self.retries, self.backoff = retries, backoff
-        self._id: int | None = None
-        about = self._call("GET", "/v1/info")
+        about = self.call("GET", "/v1/info")
         self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
 
-    def _call(self, method: str, path: str, body: dict | None = None, retry: bool = True) -> Any:
+    def call(self, method: str, path: str, body: dict | None = None, retry: bool = True) -> Any:
         """The JSON answer of one call; retried while the server cannot be reached."""
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
@@ -52,20 +57,41 @@ class HttpEnv(TextEnv):
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as error:  # nothing reached the server
                 if attempt + 1 == attempts:
-                    raise RemoteEnvError(f"{self._http.base_url}: cannot connect ({error})") from None
+                    raise RemoteEnvError(f"{self.url}: cannot connect ({error})") from None
                 time.sleep(self.backoff * 2 ** attempt)
             except httpx.HTTPError as error:
-                raise RemoteEnvError(f"{self._http.base_url}{path}: {type(error).__name__} ({error})") from None
+                raise RemoteEnvError(f"{self.url}{path}: {type(error).__name__} ({error})") from None
         if response.status_code == 409:
             raise EnvStateError(response.json().get("detail", "out of order"))
         if response.status_code == 422 and path.endswith("/reset"):
             raise ValueError(str(response.json().get("detail")))
         if response.status_code >= 400:
-            raise RemoteEnvError(f"{self._http.base_url}{path}: HTTP {response.status_code}: {response.text[:300]}")
+            raise RemoteEnvError(f"{self.url}{path}: HTTP {response.status_code}: {response.text[:300]}")
         try:
             return response.json()
         except ValueError:
-            raise RemoteEnvError(f"{self._http.base_url}{path}: not a JSON answer: {response.text[:200]!r}") from None
+            raise RemoteEnvError(f"{self.url}{path}: not a JSON answer: {response.text[:200]!r}") from None
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class HttpEnv(TextEnv):
+    """A client of one environment instance on an `agentgym-rl serve-env` server.
+
+    Args:
+        server: the server's URL (this env then opens its own connections; `token`, `timeout`,
+            `retries` and `backoff` are `EnvServer`'s), or an `EnvServer` shared with others.
+    """
+
+    def __init__(self, server: str | EnvServer, token: str | None = None, timeout: float = 60.0,
+                 retries: int = 3, backoff: float = 0.2):
+        self._owns_server = isinstance(server, str)
+        self.server = EnvServer(server, token, timeout, retries, backoff) if isinstance(server, str) else server
+        self._call = self.server.call
+        self._id: int | None = None
+        self.env_id, self.instruction, self.max_turns = self.server.env_id, self.server.instruction, \
+            self.server.max_turns
 
     def _instance(self) -> str:
         if self._id is None:
@@ -91,10 +117,10 @@ class HttpEnv(TextEnv):
             result = (answer["observation"], float(answer["reward"]), answer["terminated"], answer["truncated"],
                       answer["info"])
         except (KeyError, TypeError, ValueError):
-            raise RemoteEnvError(f"{self._http.base_url}: malformed step answer {str(answer)[:200]}") from None
+            raise RemoteEnvError(f"{self.server.url}: malformed step answer {str(answer)[:200]}") from None
         if not (isinstance(result[0], str) and isinstance(result[2], bool) and isinstance(result[3], bool)
                 and isinstance(result[4], dict)):
-            raise RemoteEnvError(f"{self._http.base_url}: malformed step answer {str(answer)[:200]}")
+            raise RemoteEnvError(f"{self.server.url}: malformed step answer {str(answer)[:200]}")
         return result
 
     def available_actions(self) -> list[str] | None:
@@ -108,11 +134,13 @@ class HttpEnv(TextEnv):
         return self._call("GET", f"{self._instance()}/expert_action")["action"]
 
     def close(self) -> None:
-        """Close the server's instance (once) and the connections; never raises."""
+        """Close the server's instance (once), and the connections if this env opened them;
+        never raises."""
         if self._id is not None:
             try:
                 self._call("DELETE", f"/v1/envs/{self._id}", retry=False)
             except (RemoteEnvError, EnvStateError):
                 pass
             self._id = None
-        self._http.close()
+        if self._owns_server:
+            self.server.close()

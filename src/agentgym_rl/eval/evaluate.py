@@ -62,7 +62,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout)
     from tqdm import tqdm
 
-    with tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep", disable=not progress) as bar:
+    with engine, tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
+                      disable=not progress) as bar:
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, **summarize(trajectories)}

@@ -4,10 +4,17 @@ Many episodes (tasks × samples) advance together, one turn at a time: all activ
 prompts go to the generator as one batch, then all environments step in a thread pool.
 Token ids are built exactly as sampled (see `agent.chat`). An environment that raises ends
 only its own episode, which is kept and marked with the error (ARCHITECTURE.md, decision 7).
+
+Environments are reused: one whose episode ended cleanly waits for the engine's next episode,
+in this run or a later one, because starting one can cost seconds (a ScienceWorld JVM, a
+browser, a server instance). So an engine holds at most as many environments as it ever ran
+at once; `close()` (or leaving a `with` block) closes them. One that raised is closed and
+never reused.
 """
 
 from __future__ import annotations
 
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,6 +52,31 @@ class RolloutEngine:
     def __init__(self, make_env: Callable[[], TextEnv], config: RolloutConfig | None = None):
         self.make_env = make_env
         self.config = config or RolloutConfig()
+        self._idle: list[TextEnv] = []  # environments whose episode ended cleanly, ready for the next
+        self._idle_lock = threading.Lock()
+        self.envs_made = 0
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the environments kept for reuse (the engine may still run: it makes new ones)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for env in idle:
+            _close_quietly(env)
+
+    def _take_env(self) -> TextEnv:
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        env = self.make_env()
+        with self._idle_lock:
+            self.envs_made += 1
+        return env
 
     def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int,
             samples: int = 1, seed: int = 0, progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
@@ -101,7 +133,7 @@ class RolloutEngine:
         record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)
         episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
         try:
-            episode.env = self.make_env()
+            episode.env = self._take_env()
             observation, _ = episode.env.reset(task.index, seed=seed)
         except Exception as error:  # noqa: BLE001 — failures are data
             return self._fail(episode, error)
@@ -179,14 +211,16 @@ class RolloutEngine:
         self._finish(episode)
         return episode
 
-    @staticmethod
-    def _finish(episode: _Episode) -> None:
+    def _finish(self, episode: _Episode) -> None:
         episode.done = True
-        if episode.env is not None:
-            try:
-                episode.env.close()
-            except Exception:  # noqa: BLE001 — a failing close must not lose the episode
-                pass
+        env, episode.env = episode.env, None
+        if env is None:
+            return
+        if episode.record.error is not None:  # it may be broken: never reuse it
+            _close_quietly(env)
+            return
+        with self._idle_lock:
+            self._idle.append(env)
 
     @staticmethod
     def _report(episodes: list[_Episode], progress: Callable[[int], Any] | None) -> None:
@@ -194,3 +228,10 @@ class RolloutEngine:
             finished = sum(1 for e in episodes if e.done)
             if finished:
                 progress(finished)
+
+
+def _close_quietly(env: TextEnv) -> None:
+    try:
+        env.close()
+    except Exception:  # noqa: BLE001 — a failing close must not lose the episode
+        pass

@@ -60,8 +60,8 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
 def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollout: RolloutConfig,
                  env_kwargs: dict | None, env_urls: list[str], env_timeout: float,
                  progress: Any = None) -> list[Trajectory]:
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout)
-    return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
+    with RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout) as engine:
+        return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
 
 
 def conversation_text(trajectories: list[Trajectory]) -> list[str]:

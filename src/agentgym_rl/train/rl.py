@@ -181,36 +181,40 @@ class RLTrainer(Trainer):
         start = self._setup(resume)
         validations = []
         idle: dict[int, str] = {}  # step -> why it updated nothing
-        if start == 0 and cfg.train.validate_every and cfg.eval.episodes:
-            validations.append(self.validate(0))
-        bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps)
-        for step in bar:
-            horizon = self.schedule.horizon(step)
-            began = time.time()
-            trajectories = self.engine.run(self.sample_tasks(step), self.policy, horizon,
-                                           samples=cfg.algo.group_size, seed=cfg.run.seed)
-            rolled = time.time()
-            update_metrics = self.update(trajectories, step)
-            for policy in (self.policy, self.val_policy):  # the generators sample the new weights
-                policy.sync_weights(self.learner.model)
-            stats = summarize(trajectories)
-            self.metrics.log(step + 1, {
-                "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
-                "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
-                "train/errors": stats["errors"], **update_metrics,
-                "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
-            })
-            bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
-            reason = no_update_reason(update_metrics)
-            if reason is not None:
-                idle[step + 1] = reason
-                self.log(f"step {step + 1}: no update: {reason}")
-            if cfg.train.save_trajectories:
-                save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
-            if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
-                validations.append(self.validate(step + 1))
-            if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
-                self.save(step + 1)
+        try:
+            if start == 0 and cfg.train.validate_every and cfg.eval.episodes:
+                validations.append(self.validate(0))
+            bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps)
+            for step in bar:
+                horizon = self.schedule.horizon(step)
+                began = time.time()
+                trajectories = self.engine.run(self.sample_tasks(step), self.policy, horizon,
+                                               samples=cfg.algo.group_size, seed=cfg.run.seed)
+                rolled = time.time()
+                update_metrics = self.update(trajectories, step)
+                for policy in (self.policy, self.val_policy):  # the generators sample the new weights
+                    policy.sync_weights(self.learner.model)
+                stats = summarize(trajectories)
+                self.metrics.log(step + 1, {
+                    "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
+                    "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
+                    "train/errors": stats["errors"], **update_metrics,
+                    "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
+                })
+                bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
+                reason = no_update_reason(update_metrics)
+                if reason is not None:
+                    idle[step + 1] = reason
+                    self.log(f"step {step + 1}: no update: {reason}")
+                if cfg.train.save_trajectories:
+                    save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
+                if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
+                    validations.append(self.validate(step + 1))
+                if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
+                    self.save(step + 1)
+        finally:  # the environments kept for reuse (JVMs, server instances) go with the run
+            self.engine.close()
+            self.val_engine.close()
         self.metrics.close()
         ran = cfg.train.steps - start
         if idle:

@@ -150,7 +150,7 @@ class Session:
         engine = RolloutEngine(registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout),
                                self.config.rollout)
         horizon = max_turns or registry.spec(env.id).max_turns
-        with tqdm(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
+        with engine, tqdm(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
                               progress=bar.update)
 

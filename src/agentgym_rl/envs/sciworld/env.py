@@ -190,7 +190,8 @@ class SciWorldEnv(TextEnv):
             "variation": self.variation,
             "category": self.task.category,
         }
-        return f"{description}\n{look}", {**self._info, "score": self._score, "success": False}
+        return f"{description}\n{look}", {**self._info, "score": self._score, "success": False,
+                                           "task_description": description}
 
     def step(self, action: str) -> StepResult:
         if self.task is None or self._sim is None:
