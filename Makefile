@@ -33,6 +33,7 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/env_server.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -4,7 +4,7 @@
 
 1. BabyAI steps/s with `--instances` environments alive at once, played by the rollout engine
    with a policy that costs nothing (a fixed cycle of moves), in this process and through an
-   `agentgym-rl serve-env babyai` server started as its own process on loopback. Best of two
+   `agentgym-rl serve-env babyai` server started as its own process on loopback. Best of three
    timed runs each, after a warm-up run.
 2. SciWorld reset time: a new environment per episode (a JVM started, the task loaded, the
    first look) against one environment reset again (the JVM reused), on the first test items.
@@ -43,10 +43,10 @@ class Wandering(TextPolicy):
         return f"Action: {MOVES[self.turn % len(MOVES)]}"
 
 
-def steps_per_second(make_env, instances: int, episodes: int, repeats: int = 2) -> tuple[float, int]:
+def steps_per_second(make_env, instances: int, episodes: int, repeats: int = 3) -> tuple[float, int]:
     """(best env steps/s over `repeats` timed runs, steps per run) of `episodes` BabyAI episodes."""
     tasks = registry.tasks("babyai", "train")[:episodes]
-    config = RolloutConfig(max_envs=instances, env_workers=8)
+    config = RolloutConfig(max_envs=instances)  # otherwise the defaults, in process and through HTTP
     best, steps = 0.0, 0
     with RolloutEngine(make_env, config) as engine:
         engine.run(tasks[:instances], Wandering(), max_turns=20)  # warm-up: the environments are made

@@ -165,7 +165,7 @@ def serve_env(
     for item in env_arg or []:
         apply_override(kwargs, item)
     uvicorn.run(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds),
-                host=host, port=port, log_level="warning")
+                host=host, port=port, log_level="warning", access_log=False)
 
 
 # The trainers' commands: a YAML config and key.sub=value overrides of it.

@@ -31,6 +31,10 @@ class EnvSpec:
         kwargs: default constructor arguments.
         max_parallel: most instances a rollout keeps alive at once (0: no limit), for
             environments that hold a heavy resource each (a JVM, a browser).
+        pure_python: whether its calls only compute in this Python process (never wait on a
+            JVM, a browser, the network or a lock): an env server runs them on its event loop,
+            the fastest way, while others run in threads so that a slow or hung call holds up
+            only its own instance (`server.offload`).
     """
 
     env_id: str
@@ -40,6 +44,7 @@ class EnvSpec:
     expert_entry_point: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_parallel: int = 0
+    pure_python: bool = False
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -161,6 +166,7 @@ register(
         tasks_entry_point="agentgym_rl.envs.babyai.levels:babyai_tasks",
         max_turns=20,
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        pure_python=True,
     )
 )
 
@@ -171,6 +177,7 @@ register(
         tasks_entry_point="agentgym_rl.envs.textcraft.goals:textcraft_tasks",
         max_turns=20,  # AgentGym-RL's TextCraft horizon; the expert needs at most 20 on split items
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        pure_python=True,
     )
 )
 

@@ -23,7 +23,7 @@ servers answered 200 with {"error": ...}, which their clients could not read eit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
@@ -56,9 +56,10 @@ class _TextCraftCreate(BaseModel):
     goal: str | None = None
 
 
-def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
+def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any, env_call: Callable) -> None:
     """Add AgentGym's endpoints for `env_id` (one of `AGENTGYM_ENVS`) to `app`, on the same
-    instances as the uniform API (`app`'s `_Instances`)."""
+    instances as the uniform API (`app`'s `_Instances`), each run as `env_call` (an
+    `offload.env_endpoint`) runs it."""
     # Each instance keeps its last answer (`_Instance.last`) for /observation and /detail.
 
     def reset(instance_id: int, data_idx: int) -> dict[str, Any]:
@@ -100,6 +101,7 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
         return dict(instance.last)
 
     @app.post("/close", tags=["agentgym"])
+    @env_call
     def close(body: _Id) -> bool:
         try:
             instances.close(body.id)
@@ -109,23 +111,28 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
 
     if env_id == "babyai":
         @app.post("/create", tags=["agentgym"])
+        @env_call
         def create() -> dict[str, int]:
             return {"id": instances.create()}
 
         @app.post("/reset", tags=["agentgym"])
+        @env_call
         def babyai_reset(body: _Reset) -> dict[str, Any]:
             return {**_without_info(reset(body.id, body.data_idx)), "deleted": False}
 
         @app.post("/step", tags=["agentgym"])
+        @env_call
         def babyai_step(body: _Step) -> dict[str, Any]:
             return _without_info(step(body.id, body.action))
 
         @app.get("/observation", tags=["agentgym"])
+        @env_call
         def babyai_observation(id: int) -> dict[str, Any]:  # noqa: A002 — AgentGym's query name
             return {**_without_info(current(id)), "deleted": False}
 
     elif env_id == "textcraft":
         @app.post("/create", tags=["agentgym"])
+        @env_call
         def textcraft_create(body: _TextCraftCreate | None = None) -> dict[str, Any]:
             if body is not None and (body.commands or body.goal):
                 raise HTTPException(422, "custom crafting commands and goals are not served: reset to an item")
@@ -134,20 +141,24 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
             return {"id": instance_id, "observation": answer["observation"], "done": False, "reward": 0}
 
         @app.post("/reset", tags=["agentgym"])
+        @env_call
         def textcraft_reset(body: _Reset) -> dict[str, Any]:
             answer = reset(body.id, body.data_idx)
             return {"id": body.id, "observation": answer["observation"], "done": False, "reward": 0}
 
         @app.post("/step", tags=["agentgym"])
+        @env_call
         def textcraft_step(body: _Step) -> dict[str, Any]:
             answer = step(body.id, body.action)
             return {"observation": answer["observation"], "reward": answer["reward"], "done": answer["done"]}
 
         @app.get("/observation", tags=["agentgym"])
+        @env_call
         def textcraft_observation(id: int) -> str:  # noqa: A002
             return current(id)["observation"]
 
         @app.get("/detail", tags=["agentgym"])
+        @env_call
         def textcraft_detail(id: int) -> dict[str, Any]:  # noqa: A002
             answer = current(id)
             return {"observation": answer["observation"], "done": answer["done"], "reward": answer["reward"],
@@ -155,23 +166,28 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any) -> None:
 
     elif env_id == "sciworld":
         @app.post("/create", tags=["agentgym"])
+        @env_call
         def sciworld_create() -> dict[str, int]:
             return {"id": instances.create()}
 
         @app.post("/reset", tags=["agentgym"])
+        @env_call
         def sciworld_reset(body: _Reset) -> dict[str, Any]:
             return _sciworld_detail(reset(body.id, body.data_idx))
 
         @app.post("/step", tags=["agentgym"])
+        @env_call
         def sciworld_step(body: _Step) -> dict[str, Any]:
             answer = step(body.id, body.action)
             return {key: answer[key] for key in ("observation", "reward", "score", "done")}
 
         @app.get("/observation", tags=["agentgym"])
+        @env_call
         def sciworld_observation(id: int) -> str:  # noqa: A002
             return current(id)["observation"]
 
         @app.get("/detail", tags=["agentgym"])
+        @env_call
         def sciworld_detail(id: int) -> dict[str, Any]:  # noqa: A002
             return _sciworld_detail(current(id))
 

@@ -32,7 +32,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
@@ -40,6 +40,7 @@ from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
 from .agentgym import AGENTGYM_ENVS, add_agentgym_routes
 from .errors import env_failed
+from .offload import env_endpoint
 
 MAX_ACTION_CHARS = 100_000
 """Longest action accepted (a model's reply can run long; 100 KB of it is already nonsense)."""
@@ -153,6 +154,31 @@ class _Instances:
             self.close(instance_id, missing_ok=True)  # a client may have closed it meanwhile
 
 
+class _Guard:
+    """Checks the token (on every path, the schema and docs included), then the body size.
+
+    A plain ASGI middleware: Starlette's `BaseHTTPMiddleware` (`@app.middleware`) cost more
+    server time per call than a BabyAI step."""
+
+    def __init__(self, app: Any, token: str | None, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+        self.expected = f"Bearer {token}".encode() if token is not None else None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""),
+                                                                     self.expected):
+                refusal = JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
+                                       headers={"WWW-Authenticate": "Bearer"})
+                return await refusal(scope, receive, send)
+            length = headers.get(b"content-length")
+            if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
+                refusal = JSONResponse({"detail": f"request body over {self.max_body_bytes} bytes"}, status_code=413)
+                return await refusal(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,
                max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000) -> FastAPI:
     """The FastAPI app serving `env_id` (a registered environment built with `env_kwargs`).
@@ -176,31 +202,24 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
 
     app = FastAPI(title=f"agentgym-rl {env_id} environment server", lifespan=lifespan)
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Any) -> Any:
-        """The token (on every path, the schema and docs included), then the body size."""
-        if token is not None and not hmac.compare_digest(request.headers.get("authorization", ""),
-                                                         f"Bearer {token}"):
-            return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                                headers={"WWW-Authenticate": "Bearer"})
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
-        return await call_next(request)
+    app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
+    env_call = env_endpoint(spec.pure_python)
 
     @app.get("/health")
-    def health() -> Health:
+    async def health() -> Health:
         return Health(status="ok", env_id=env_id, instances=len(instances))
 
     @app.get("/v1/info")
-    def info() -> Info:
+    async def info() -> Info:
         return Info(env_id=env_id, instruction=instruction, max_turns=spec.max_turns)
 
     @app.post("/v1/envs")
+    @env_call
     def create() -> Created:
         return Created(id=instances.create())
 
     @app.post("/v1/envs/{instance_id}/reset")
+    @env_call
     def reset(instance_id: int, body: ResetRequest) -> ResetResponse:
         instance = instances.get(instance_id)
         with instance.lock:
@@ -213,6 +232,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
         return ResetResponse(observation=observation, info=reset_info)
 
     @app.post("/v1/envs/{instance_id}/step")
+    @env_call
     def step(instance_id: int, body: StepRequest) -> StepResponse:
         instance = instances.get(instance_id)
         with instance.lock:
@@ -226,22 +246,25 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
                             info=step_info)
 
     @app.get("/v1/envs/{instance_id}/available_actions")
+    @env_call
     def available_actions(instance_id: int) -> Actions:
         instance = instances.get(instance_id)
         with instance.lock:
             return Actions(actions=instance.env.available_actions())
 
     @app.get("/v1/envs/{instance_id}/expert_action")
+    @env_call
     def expert_action(instance_id: int) -> ExpertAction:
         instance = instances.get(instance_id)
         with instance.lock:
             return ExpertAction(action=instance.env.expert_action())
 
     @app.delete("/v1/envs/{instance_id}")
+    @env_call
     def close(instance_id: int) -> dict[str, int]:
         instances.close(instance_id)
         return {"closed": instance_id}
 
     if env_id in AGENTGYM_ENVS:
-        add_agentgym_routes(app, env_id, instances)
+        add_agentgym_routes(app, env_id, instances, env_call)
     return app
