@@ -3,13 +3,13 @@
 Many episodes (tasks × samples) advance together, one turn at a time: all active episodes'
 prompts go to the generator as one batch, then all environments step in a thread pool.
 Token ids are built exactly as sampled (see `agent.chat`). An environment that raises ends
-only its own episode, which is kept and marked with the error (ARCHITECTURE.md, decision 7).
+only its own episode, which is kept and marked with the error (ARCHITECTURE.md, decision 6).
 
-Environments are reused: one whose episode ended cleanly waits for the engine's next episode,
-in this run or a later one, because starting one can cost seconds (a ScienceWorld JVM, a
-browser, a server instance). So an engine holds at most as many environments as it ever ran
-at once; `close()` (or leaving a `with` block) closes them. One that raised is closed and
-never reused.
+Environments are reused (decision 7): one whose episode ended cleanly waits for the engine's
+next episode, in this run or a later one, because starting one can cost far more than a reset
+(a SciWorld environment: 1 s to start its JVM, 0.06 s to reset; docs/BENCHMARKS.md). So an
+engine holds at most as many environments as it ever ran at once; `close()` (or leaving a
+`with` block) closes them. One that raised is closed and never reused.
 """
 
 from __future__ import annotations

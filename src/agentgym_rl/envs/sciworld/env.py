@@ -37,7 +37,7 @@ One JVM per env (see `simulator`), started on the first reset and reused by late
 If it dies, the next simulator call starts a new one and replays the episode's commands
 (the simulator is deterministic here), so the episode goes on; if the replay fails or ends
 elsewhere, `step` raises `SimulatorDied`, which the rollout engine records as the episode's
-error (ARCHITECTURE.md, decision 7).
+error (ARCHITECTURE.md, decision 6).
 """
 
 from __future__ import annotations
