@@ -276,3 +276,36 @@ def test_agentgym_sciworld_client_requests_are_answered_as_it_reads_them():
         assert detail["done"] is True and detail["score"] == 100 and detail["task_name"] == "find-living-thing"
         assert httpx.post(f"{url}/reset", json={"data_idx": 10**6, "id": env_id}).status_code == 422
         assert httpx.post(f"{url}/close", json={"id": env_id}).json() is True
+
+
+@pytest.mark.parametrize("env_id, item", [("babyai", 3), ("textcraft", 2), ("sciworld", 2936)])
+def test_agentgym_protocol_client_plays_as_the_in_process_env(env_id, item):
+    """`agentgym+http://` URLs drive a server through AgentGym's endpoints (here ours): the
+    expert's episode, its actions chosen on an in-process twin, gives the same observations,
+    rewards and success there as in process."""
+    from agentgym_rl.envs.agentgym_remote import NO_ACTION, AgentGymEnv
+    from agentgym_rl.errors import UserError
+
+    with serving(env_id) as url:
+        make_remote = registry.env_factory(env_id, urls=[f"agentgym+{url}"])
+        remote, local = make_remote(), registry.make(env_id)
+        assert isinstance(remote, AgentGymEnv) and remote.instruction == local.instruction
+        assert remote.reset(item) == (local.reset(item)[0], {"item_id": f"{env_id}_{item}", "success": False})
+        for _ in range(30):
+            reply = local.expert_action()
+            here, there = local.step(reply), remote.step(reply)
+            assert there[:3] == here[:3] and there[4]["success"] == here[4]["success"]
+            if here[2]:
+                break
+        assert here[2] and here[4]["success"]
+        with pytest.raises(EnvStateError):
+            remote.step(reply)
+        remote.reset(item)
+        assert remote.step("") == (NO_ACTION, 0.0, False, False, {"item_id": f"{env_id}_{item}", "success": False,
+                                                                  "invalid_action": True})
+        remote.close()
+        local.close()
+        assert httpx.get(f"{url}/health").json()["instances"] == 0
+        other = "textcraft" if env_id == "babyai" else "babyai"
+        with pytest.raises(UserError, match="does not answer as AgentGym's"):
+            registry.env_factory(other, urls=[f"agentgym+{url}"])

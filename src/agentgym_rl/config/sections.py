@@ -56,7 +56,9 @@ class EnvConfig:
     urls: list[str] = field(default_factory=list)
     """Servers of this environment (`agentgym-rl serve-env`) to play the rollouts on instead of
     in process, new episodes spread over them in turn; `kwargs` then belong to the servers.
-    Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN."""
+    Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN. A URL written
+    `agentgym+http://host:port` is one of AgentGym's own servers (babyai, textcraft, sciworld;
+    what its protocol lacks: `envs/agentgym_remote.py`)."""
     server_timeout: PositiveFloat = 60.0
     """Seconds an environment server may take to answer one call; an episode whose call times
     out ends as failed (recorded with the reason, left out of the update)."""

@@ -83,8 +83,8 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
                 timeout: float = 60.0) -> Callable[[], TextEnv]:
     """A function building fresh `env_id` environments with `kwargs`, checked by building
     one now so that bad arguments are a `UserError` before any work starts. With `urls`, the
-    environments are clients of those servers (`agentgym-rl serve-env`), taken in turn, that
-    wait `timeout` seconds for an answer."""
+    environments are clients of those servers (`agentgym-rl serve-env`; AgentGym's own for a
+    URL starting `agentgym+`), taken in turn, that wait `timeout` seconds for an answer."""
     kwargs = dict(kwargs or {})
     if urls:
         return _remote_factory(env_id, kwargs, list(urls), timeout)
@@ -100,33 +100,62 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
     return factory
 
 
+AGENTGYM_SCHEME = "agentgym+"
+"""Prefix of a URL in `env.urls` that names one of AgentGym's own servers (`agentgym+http://...`)."""
+
+
 def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:
-    from .remote import EnvServer, HttpEnv, RemoteEnvError
+    from .remote import RemoteEnvError
 
     if kwargs:
         raise UserError(f"env.kwargs {kwargs} cannot reach environment servers: start them with "
                         "`agentgym-rl serve-env ... --env-arg key=value` instead")
-    servers = []
+    makers = []
     for url in urls:  # every server is reachable and serves this environment, checked before any work
         try:
-            server = EnvServer(url, retries=1, timeout=timeout)
+            makers.append(_agentgym_server(env_id, url, timeout) if url.startswith(AGENTGYM_SCHEME)
+                          else _our_server(env_id, url, timeout))
         except RemoteEnvError as error:
             raise UserError(f"environment server {url}: {error}") from None
-        if server.env_id != env_id:
-            server.close()
-            raise UserError(f"environment server {url} serves {server.env_id!r}, not {env_id!r}")
-        server.retries = 3
-        servers.append(server)
     turn = itertools.count()
     lock = threading.Lock()
 
     def factory() -> TextEnv:
         with lock:
-            server = servers[next(turn) % len(servers)]
-        return HttpEnv(server)
+            make_one = makers[next(turn) % len(makers)]
+        return make_one()
 
     factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
     return factory
+
+
+def _our_server(env_id: str, url: str, timeout: float) -> Callable[[], TextEnv]:
+    from .remote import EnvServer, HttpEnv
+
+    server = EnvServer(url, retries=1, timeout=timeout)
+    if server.env_id != env_id:
+        server.close()
+        raise UserError(f"environment server {url} serves {server.env_id!r}, not {env_id!r}")
+    server.retries = 3
+    return lambda: HttpEnv(server)
+
+
+def _agentgym_server(env_id: str, url: str, timeout: float) -> Callable[[], TextEnv]:
+    from .agentgym_remote import SERVER_NAMES, AgentGymEnv
+    from .remote import ServerConnection
+
+    if env_id not in SERVER_NAMES:
+        raise UserError(f"{url}: AgentGym's servers are spoken to for {', '.join(SERVER_NAMES)}, not {env_id!r}")
+    server = ServerConnection(url.removeprefix(AGENTGYM_SCHEME), retries=1, timeout=timeout)
+    hello = server.call("GET", "/")  # "This is environment BabyAI."
+    if not (isinstance(hello, str) and SERVER_NAMES[env_id].lower() in hello.lower()):
+        server.close()
+        raise UserError(f"{url} does not answer as AgentGym's {SERVER_NAMES[env_id]} server (GET / gave "
+                        f"{str(hello)[:100]!r})")
+    server.retries = 3
+    instruction, max_turns = load_entry_point(spec(env_id).entry_point).instruction, spec(env_id).max_turns
+    train_items = [task.index for task in tasks(env_id, "train")]
+    return lambda: AgentGymEnv(env_id, server, instruction, max_turns, train_items)
 
 
 def with_invalid_action_penalty(make_env: Callable[[], TextEnv], penalty: float) -> Callable[[], TextEnv]:

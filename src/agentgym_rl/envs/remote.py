@@ -22,10 +22,9 @@ class RemoteEnvError(RuntimeError):
     """The server refused a call or could not be reached (the message says which and why)."""
 
 
-class EnvServer:
-    """One `agentgym-rl serve-env` server as clients see it: a pool of keep-alive connections
-    and the server's `/v1/info`, read once. Every `HttpEnv` of a rollout on this server shares
-    it, so an episode costs no new connection and no extra call.
+class ServerConnection:
+    """Pooled keep-alive connections to one server, with bounded retries of calls that could
+    not reach it, and its refusals turned into exceptions.
 
     Args:
         url: the server, e.g. "http://127.0.0.1:8000".
@@ -45,15 +44,14 @@ class EnvServer:
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, limits=limits)
         self.url = url.rstrip("/")
         self.retries, self.backoff = retries, backoff
-        about = self.call("GET", "/v1/info")
-        self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
 
-    def call(self, method: str, path: str, body: dict | None = None, retry: bool = True) -> Any:
+    def call(self, method: str, path: str, body: dict | None = None, retry: bool = True,
+             params: dict | None = None) -> Any:
         """The JSON answer of one call; retried while the server cannot be reached."""
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             try:
-                response = self._http.request(method, path, json=body)
+                response = self._http.request(method, path, json=body, params=params)
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as error:  # nothing reached the server
                 if attempt + 1 == attempts:
@@ -74,6 +72,18 @@ class EnvServer:
 
     def close(self) -> None:
         self._http.close()
+
+
+class EnvServer(ServerConnection):
+    """An `agentgym-rl serve-env` server as clients see it: a `ServerConnection` and the
+    server's `/v1/info`, read once. Every `HttpEnv` of a rollout on this server shares it, so
+    an episode costs no new connection and no extra call."""
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 60.0, retries: int = 3,
+                 backoff: float = 0.2):
+        super().__init__(url, token, timeout, retries, backoff)
+        about = self.call("GET", "/v1/info")
+        self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
 
 
 class HttpEnv(TextEnv):

@@ -5,6 +5,8 @@ unchanged.
 Each environment of AgentGym has its own field names; the layouts below are those its servers
 answer and its clients read:
 
+`GET /` says which environment is served, as AgentGym's servers do.
+
 | env | POST /create | POST /reset {id, data_idx} | POST /step {id, action} | others |
 |---|---|---|---|---|
 | babyai | → {id} | → {observation, reward, score, done, deleted} | → {observation, reward, score, done} | GET /observation?id=, POST /close {id} |
@@ -28,6 +30,7 @@ from typing import Any, Callable
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
+from ..envs.agentgym_remote import SERVER_NAMES
 from ..envs.base import EnvStateError
 from .errors import env_failed
 
@@ -99,6 +102,10 @@ def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any, env_call: Cal
         if instance.last is None:
             raise HTTPException(409, f"environment {instance_id} was not reset")
         return dict(instance.last)
+
+    @app.get("/", tags=["agentgym"])
+    async def hello() -> str:
+        return f"This is environment {SERVER_NAMES[env_id]}."
 
     @app.post("/close", tags=["agentgym"])
     @env_call
