@@ -140,7 +140,7 @@ def test_reset_observation_and_info(env):
     assert look.startswith("This room is called the greenhouse.")
     assert info == {"item_id": f"sciworld_{LIFESPAN_ITEM}", "task_id": "7-1",
                     "task_name": "lifespan-longest-lived", "variation": 93, "category": "Lifespan",
-                    "score": 0, "success": False}
+                    "score": 0, "success": False, "task_description": description}
     assert env.available_actions()[0] == "look around"
 
 
