@@ -222,3 +222,14 @@ register(
         max_parallel=8,  # one ~0.5 GB JVM each
     )
 )
+
+register(
+    EnvSpec(
+        env_id="search",
+        entry_point="agentgym_rl.envs.search.env:SearchEnv",
+        tasks_entry_point="agentgym_rl.envs.search.env:search_tasks",
+        max_turns=10,  # the longest questions take 4 searches and an answer
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        pure_python=True,
+    )
+)

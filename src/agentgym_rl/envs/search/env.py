@@ -1,0 +1,151 @@
+"""`SearchEnv`: Deep Search, question answering by searching a corpus over several turns, in
+the Search-R1 protocol.
+
+Each reply holds one tag (the last one counts, as the last `Action:` line does in the other
+environments; a final tag left unclosed counts, for models stopped at the closing tag):
+
+- `<search>query</search>`: the observation is the top-k documents,
+  `<information>Doc 1(Title: ...) text\\nDoc 2(Title: ...) text</information>`;
+- `<answer>text</answer>`: an exact match with the gold answer after normalisation earns
+  reward 1 and ends the episode; a wrong answer is told so and the episode goes on.
+
+A reply with neither tag (or an empty one) is answered with how to reply, flagged
+`invalid_action`, and earns nothing. `info` carries the question's category and, after an
+answer, its token F1 ("f1").
+
+Item `i` is question `i` of the embedded world (`world.py`): the first `NUM_TEST` are the
+test split, the others train. Categories are the hop kinds (`world.CATEGORIES`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import cache
+from typing import Any
+
+from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
+from ..tasks import Task
+from .answers import exact_match, f1_score
+from .retrieval import BM25Retriever, Doc
+from .world import Question, World, default_world
+
+NUM_TEST = 500
+MAX_QUERY_CHARS = 300
+"""A query is cut to this length (a model may write pages into a tag)."""
+
+INSTRUCTION = (
+    "Answer the question by searching an encyclopedia. Each turn, think briefly, then write "
+    "exactly one of:\n"
+    "<search>a query</search> to get the top documents for the query, or\n"
+    "<answer>the answer</answer> when you know it (a short name, place or number).\n"
+    "Facts are spread over several articles: search for one entity at a time, then for what "
+    "you learnt. Example:\n"
+    "<think>I need the birthplace of Ada Lovel.</think>\n<search>Ada Lovel</search>"
+)
+NO_TAG = "Your reply held no <search>query</search> and no <answer>answer</answer>. Reply with one of them."
+
+_TAG = re.compile(r"<(search|answer)>(.*?)(?:</\1>|$)", re.DOTALL | re.IGNORECASE)
+
+
+def parse_reply(reply: str) -> tuple[str, str] | None:
+    """("search" | "answer", its text) of the reply's last tag, or None when it has none or
+    the tag is empty. NULs and lone surrogates are made safe first."""
+    reply = reply.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    tags = _TAG.findall(reply)
+    if not tags:
+        return None
+    kind, text = tags[-1]
+    text = " ".join(text.split())[:MAX_QUERY_CHARS]
+    return (kind.lower(), text) if text else None
+
+
+def format_documents(docs: list[Doc]) -> str:
+    """Search-R1's layout of retrieved documents."""
+    if not docs:
+        return "<information>No document matches the query.</information>"
+    body = "\n".join(f"Doc {i}(Title: {doc.title}) {doc.text}" for i, doc in enumerate(docs, 1))
+    return f"<information>{body}</information>"
+
+
+@cache
+def _bm25(world: World) -> BM25Retriever:
+    """The index of a world's articles, built once per process and shared by its envs."""
+    return BM25Retriever([Doc(a.id, a.title, a.text) for a in world.articles])
+
+
+def search_tasks(split: str) -> list[Task]:
+    questions = default_world().questions
+    indices = range(NUM_TEST) if split == "test" else range(NUM_TEST, len(questions))
+    return [Task("search", i, questions[i].category) for i in indices]
+
+
+class SearchEnv(TextEnv):
+    """Deep Search over the embedded world (see the module docstring).
+
+    Args:
+        top_k: documents returned per search (Search-R1 uses 3).
+    """
+
+    env_id = "search"
+    instruction = INSTRUCTION
+
+    def __init__(self, top_k: int = 3) -> None:
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        self.top_k = top_k
+        self.world = default_world()
+        self.retriever = _bm25(self.world)
+        self.question: Question | None = None
+        self._done = True
+        self._info: dict[str, Any] = {}
+        self.found: list[list[Doc]] = []  # the documents of each search this episode (the expert reads them)
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        questions = self.world.questions
+        if item_id is None:
+            index = random.Random(seed).randrange(NUM_TEST, len(questions))
+        else:
+            index = parse_item_index(item_id, self.env_id)
+            if index >= len(questions):
+                raise ValueError(f"item {index} is past the last of {len(questions)} search questions")
+        self.question = questions[index]
+        self.found, self._done = [], False
+        self._info = {"item_id": f"{self.env_id}_{index}", "category": self.question.category}
+        return f"Question: {self.question.question}", dict(self._info)
+
+    def step(self, action: str) -> StepResult:
+        if self.question is None:
+            raise EnvStateError("call reset before step")
+        if self._done:
+            raise EnvStateError("the episode has ended; call reset")
+        parsed = parse_reply(action or "")
+        if parsed is None:
+            return NO_TAG, 0.0, False, False, {**self._info, "success": False, "invalid_action": True}
+        kind, text = parsed
+        if kind == "search":
+            docs = self.retriever.search([text], self.top_k)[0]
+            self.found.append(docs)
+            return format_documents(docs), 0.0, False, False, {**self._info, "success": False,
+                                                                "invalid_action": False}
+        correct = exact_match(text, self.question.answer)
+        info = {**self._info, "success": correct, "invalid_action": False,
+                "f1": f1_score(text, self.question.answer)}
+        if correct:
+            self._done = True
+            return f"Your answer {text!r} is correct.", 1.0, True, False, info
+        return f"Your answer {text!r} is not correct. Search more, or answer again.", 0.0, False, False, info
+
+    def expert_action(self) -> str | None:
+        """Follow the question's hops with real searches (`expert.search_expert_reply`)."""
+        if self.question is None or self._done:
+            return None
+        from .expert import search_expert_reply
+
+        return search_expert_reply(self.question, self.found)
+
+    def available_actions(self) -> list[str] | None:
+        return None
+
+    def close(self) -> None:
+        self._done = True
