@@ -30,12 +30,19 @@ def free_port() -> int:
 
 @contextmanager
 def serving(env_id: str, port: int | None = None, wrap=None, **options):
-    """A real server on loopback, in a thread, for the duration of the block; yields its URL.
-    `wrap(app)` may add middleware to the app first."""
-    port = port or free_port()
+    """A real server of `env_id` on loopback, in a thread, for the duration of the block; yields
+    its URL. `wrap(app)` may add middleware to the app first."""
     app = create_app(env_id, **options)
     if wrap is not None:
         wrap(app)
+    with serving_app(app, port) as url:
+        yield url
+
+
+@contextmanager
+def serving_app(app, port: int | None = None):
+    """Any ASGI `app` served on loopback in a thread for the duration of the block; yields its URL."""
+    port = port or free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

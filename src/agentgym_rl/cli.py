@@ -168,6 +168,36 @@ def serve_env(
                 host=host, port=port, log_level="warning", access_log=False)
 
 
+@app.command("serve-retriever")
+def serve_retriever(
+    corpus: Optional[Path] = typer.Option(None, help="JSONL corpus, one {\"id\", \"contents\": \"title\\ntext\"} "
+                                          "per line (wiki-18's layout); default: the search env's encyclopedia."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8001, min=0, max=65535, help="Port to listen on."),
+    topk: int = typer.Option(3, min=1, max=100, help="Documents per query when a request gives no topk."),
+    cache_dir: Path = typer.Option(Path.home() / ".cache" / "agentgym-rl", help="Where BM25 indexes of corpus "
+                                   "files are kept (one per file content)."),
+) -> None:
+    """Serve BM25 retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs)."""
+    import uvicorn
+
+    from .envs.search.retrieval import Doc, BM25Retriever, bm25_for_corpus
+    from .envs.search.world import default_world
+    from .server.retriever import create_retriever_app
+
+    if corpus is None:
+        retriever = BM25Retriever([Doc(a.id, a.title, a.text) for a in default_world().articles])
+    else:
+        if not corpus.is_file():
+            raise UserError(f"no corpus file {str(corpus)!r}")
+        try:
+            retriever = bm25_for_corpus(corpus, cache_dir)
+        except ValueError as error:
+            raise UserError(str(error)) from None
+    uvicorn.run(create_retriever_app(retriever, len(retriever.docs), topk), host=host, port=port,
+                log_level="warning", access_log=False)
+
+
 # The trainers' commands: a YAML config and key.sub=value overrides of it.
 CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")

@@ -230,6 +230,6 @@ register(
         tasks_entry_point="agentgym_rl.envs.search.env:search_tasks",
         max_turns=10,  # the longest questions take 4 searches and an answer
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
-        pure_python=True,
+        # Not pure_python: with `retriever_url` a search waits on a retrieval server.
     )
 )

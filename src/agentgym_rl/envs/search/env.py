@@ -27,7 +27,7 @@ from typing import Any
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..tasks import Task
 from .answers import exact_match, f1_score
-from .retrieval import BM25Retriever, Doc
+from .retrieval import BM25Retriever, Doc, RemoteRetriever, Retriever
 from .world import Question, World, default_world
 
 NUM_TEST = 500
@@ -69,6 +69,12 @@ def format_documents(docs: list[Doc]) -> str:
 
 
 @cache
+def _remote(url: str) -> RemoteRetriever:
+    """One client (a connection pool) per server, shared by the envs of a process."""
+    return RemoteRetriever(url)
+
+
+@cache
 def _bm25(world: World) -> BM25Retriever:
     """The index of a world's articles, built once per process and shared by its envs."""
     return BM25Retriever([Doc(a.id, a.title, a.text) for a in world.articles])
@@ -85,17 +91,20 @@ class SearchEnv(TextEnv):
 
     Args:
         top_k: documents returned per search (Search-R1 uses 3).
+        retriever_url: a retrieval server with Search-R1's API (`agentgym-rl serve-retriever`)
+            to search instead of the in-process BM25 index; a search it cannot answer raises
+            `RetrievalError`, which ends that episode as a recorded failure.
     """
 
     env_id = "search"
     instruction = INSTRUCTION
 
-    def __init__(self, top_k: int = 3) -> None:
+    def __init__(self, top_k: int = 3, retriever_url: str | None = None) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         self.top_k = top_k
         self.world = default_world()
-        self.retriever = _bm25(self.world)
+        self.retriever: Retriever = _remote(retriever_url) if retriever_url else _bm25(self.world)
         self.question: Question | None = None
         self._done = True
         self._info: dict[str, Any] = {}

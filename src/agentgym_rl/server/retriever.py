@@ -1,0 +1,59 @@
+"""A retrieval server speaking Search-R1's API: `agentgym-rl serve-retriever`.
+
+    POST /retrieve  {"queries": [...], "topk": 3, "return_scores": false}
+        -> {"result": [[{"id", "contents"}, ...] per query]}
+           (with return_scores: [[{"document": {"id", "contents"}, "score"}, ...], ...])
+    GET  /health    {"status": "ok", "documents": N}
+
+so that Search-R1's trainers, our `RemoteRetriever` and the `search` environment (its
+`retriever_url`) can share one index. A malformed request gets 422 with the reason; more than
+`MAX_QUERIES` queries, a query over `MAX_QUERY_CHARS` or a `topk` past `MAX_TOPK` too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel, Field
+
+from ..envs.search.retrieval import Retriever, row_of
+from .offload import env_endpoint
+
+MAX_QUERIES = 512
+MAX_QUERY_CHARS = 2000
+MAX_TOPK = 100
+
+
+class RetrieveRequest(BaseModel):
+    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
+    topk: int | None = Field(default=None, ge=1, le=MAX_TOPK)
+    """Documents per query (null: the server's default)."""
+    return_scores: bool = False
+
+
+class RetrieverHealth(BaseModel):
+    status: str
+    documents: int
+
+
+def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3) -> FastAPI:
+    """The app serving `retriever` (over `documents` documents)."""
+    app = FastAPI(title="agentgym-rl retrieval server (Search-R1's API)")
+
+    @app.get("/health")
+    async def health() -> RetrieverHealth:
+        return RetrieverHealth(status="ok", documents=documents)
+
+    @app.post("/retrieve")
+    @env_endpoint(pure_python=False)  # a large index takes a while: other requests go on meanwhile
+    def retrieve(body: RetrieveRequest) -> dict[str, Any]:
+        too_long = [i for i, query in enumerate(body.queries) if len(query) > MAX_QUERY_CHARS]
+        if too_long:
+            raise HTTPException(422, f"query {too_long[0]} is over {MAX_QUERY_CHARS} characters")
+        found = retriever.search(body.queries, body.topk or default_topk)
+        if body.return_scores:
+            return {"result": [[{"document": row_of(doc), "score": doc.score} for doc in docs] for docs in found]}
+        return {"result": [[row_of(doc) for doc in docs] for docs in found]}
+
+    return app

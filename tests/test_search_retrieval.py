@@ -1,0 +1,112 @@
+"""Retrieval for Deep Search: corpus files and their cached BM25 index, the Search-R1 retrieval
+API (`serve-retriever`) and its client, and the env searching through it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from test_server import free_port, serving_app
+
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.base import EnvExpert
+from agentgym_rl.envs.search.env import SearchEnv, _bm25
+from agentgym_rl.envs.search.retrieval import (BM25Retriever, Doc, RemoteRetriever, RetrievalError, bm25_for_corpus,
+                                               read_corpus, write_corpus)
+from agentgym_rl.envs.search.world import default_world
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.server.retriever import create_retriever_app
+
+QUERIES = ["Vapax Nopax", "Who wrote The Last Forest of Mirdra?", "the of"]
+
+
+@pytest.fixture(scope="module")
+def retriever_url():
+    local = _bm25(default_world())
+    with serving_app(create_retriever_app(local, len(local.docs))) as url:
+        yield url
+
+
+def test_a_corpus_file_round_trips_and_its_index_is_built_once(tmp_path):
+    docs = [Doc("a", '"Vapax Nopax"', "Vapax Nopax was born in Tygor."), Doc("b", "Tygor", "A city.\nIn Kelmark.")]
+    write_corpus(docs, tmp_path / "corpus.jsonl")
+    assert json.loads((tmp_path / "corpus.jsonl").read_text().splitlines()[1]) == \
+        {"id": "b", "contents": "Tygor\nA city.\nIn Kelmark."}
+    assert read_corpus(tmp_path / "corpus.jsonl") == docs
+    built = bm25_for_corpus(tmp_path / "corpus.jsonl", tmp_path / "cache")
+    [index_dir] = list((tmp_path / "cache").iterdir())
+    loaded = bm25_for_corpus(tmp_path / "corpus.jsonl", tmp_path / "cache")
+    assert loaded.search(["born in Tygor"], 2) == built.search(["born in Tygor"], 2)
+    assert list((tmp_path / "cache").iterdir()) == [index_dir]  # the second call built nothing
+    (tmp_path / "corpus.jsonl").write_text('{"id": "x", "contents": "X\\nchanged"}\n{"id": "y"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        bm25_for_corpus(tmp_path / "corpus.jsonl", tmp_path / "cache")
+
+
+def test_the_remote_retriever_finds_what_the_local_index_finds(retriever_url):
+    local = _bm25(default_world())
+    remote = RemoteRetriever(retriever_url)
+    for mine, theirs in zip(local.search(QUERIES, 3), remote.search(QUERIES, 3)):
+        assert [(d.id, d.title, d.text) for d in theirs] == [(d.id, d.title, d.text) for d in mine]
+        assert [d.score for d in theirs] == pytest.approx([d.score for d in mine])
+    plain = httpx.post(f"{retriever_url}/retrieve", json={"queries": ["Vapax Nopax"], "topk": 1}).json()
+    assert set(plain["result"][0][0]) == {"id", "contents"}  # without scores, the bare rows
+    assert httpx.get(f"{retriever_url}/health").json()["documents"] == len(local.docs)
+
+
+@pytest.mark.parametrize("body, reason", [
+    ({}, "queries"), ({"queries": []}, "queries"), ({"queries": ["x"], "topk": 0}, "topk"),
+    ({"queries": ["x"], "topk": 1000}, "topk"), ({"queries": "x"}, "queries"), ({"queries": ["x" * 3000]}, "over 2000"),
+])
+def test_a_malformed_retrieval_request_gets_422_with_the_reason(retriever_url, body, reason):
+    response = httpx.post(f"{retriever_url}/retrieve", json=body)
+    assert response.status_code == 422 and reason in response.text
+
+
+def test_the_env_plays_alike_through_a_retrieval_server(retriever_url):
+    tasks = registry.tasks("search", "test")[:15]
+    with RolloutEngine(registry.env_factory("search"), RolloutConfig()) as engine:
+        local = engine.run(tasks, EnvExpert(), 10)
+    with RolloutEngine(registry.env_factory("search", {"retriever_url": retriever_url}), RolloutConfig()) as engine:
+        remote = engine.run(tasks, EnvExpert(), 10)
+    assert [t.messages for t in remote] == [t.messages for t in local] and all(t.success for t in remote)
+
+
+def test_an_unreachable_retrieval_server_fails_the_episode_not_the_run():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(RetrievalError, match="cannot connect"):
+        RemoteRetriever(url, retries=0).search(["x"], 3)
+    with RolloutEngine(registry.env_factory("search", {"retriever_url": url}), RolloutConfig()) as engine:
+        [episode] = engine.run(registry.tasks("search", "test")[:1], EnvExpert(), 10)
+    assert "RetrievalError" in episode.error and "cannot connect" in episode.error and episode.turns == 0
+
+
+def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path):
+    write_corpus([Doc(str(i), f"Title {i}", f"Text about item{i}.") for i in range(50)], tmp_path / "c.jsonl")
+    port = free_port()
+    command = [sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--corpus", str(tmp_path / "c.jsonl"),
+               "--port", str(port), "--cache-dir", str(tmp_path / "cache")]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health").raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert server.poll() is None, server.stderr.read().decode()
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        [[doc]] = RemoteRetriever(f"http://127.0.0.1:{port}").search(["item7"], 1)
+        assert (doc.id, doc.title) == ("7", "Title 7")
+    finally:
+        server.terminate()
+        server.wait(10)
+    missing = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--corpus",
+                              str(tmp_path / "none.jsonl")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no corpus file" in missing.stderr and "Traceback" not in missing.stderr
