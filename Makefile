@@ -34,6 +34,7 @@ test-fast: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/env_server.py
+	$(BIN)/python bench/search_retrieval.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

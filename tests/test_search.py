@@ -56,8 +56,11 @@ def test_bm25_finds_a_name_and_nothing_for_stopwords():
     retriever = BM25Retriever([Doc("0", "Vapax Nopax", "Vapax Nopax was born in Tygor."),
                                Doc("1", "Tygor", "Tygor is a city in Kelmark."),
                                Doc("2", "Harfi Vapax", "Harfi Vapax works for Wynhar Guild.")])
-    [[first, *_], nothing] = retriever.search(["Where was Vapax Nopax born?", "the of a"], k=2)
-    assert first.title == "Vapax Nopax" and nothing == []
+    [found, nothing] = retriever.search(["Where was Vapax Nopax born?", "the of a"], k=2)
+    assert [d.title for d in found] == ["Vapax Nopax", "Harfi Vapax"] and nothing == []
+    assert found[0].score > found[1].score > 0
+    [[only]] = retriever.search(["Kelmark"], k=3)  # one document shares a word: one result, not k
+    assert only.title == "Tygor"
     with pytest.raises(ValueError):
         BM25Retriever([])
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
 import httpx
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -94,22 +95,21 @@ class BM25Retriever:
             self._index.index(self._tokenize([f"{d.title}\n{d.text}" for d in self.docs]), show_progress=False)
         self._lock = threading.Lock()  # retrieval from several env threads at once
 
-    def _tokenize(self, texts: list[str]):
-        return self._bm25s.tokenize(texts, stopwords="en", show_progress=False)
+    def _tokenize(self, texts: list[str], ids: bool = True):
+        return self._bm25s.tokenize(texts, stopwords="en", return_ids=ids, show_progress=False)
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Doc]]:
-        k = min(k, len(self.docs))
         found: list[list[Doc]] = []
-        for query in queries:
-            tokens = self._tokenize([query])
-            if not tokens.vocab:  # only stopwords or punctuation: nothing can match
-                found.append([])
-                continue
+        for tokens in self._tokenize(list(queries), ids=False):
             with self._lock:
-                rows, scores = self._index.retrieve(tokens, k=k, show_progress=False)
-            found.append([Doc(d.id, d.title, d.text, float(score))
-                          for d, score in ((self.docs[int(i)], s) for i, s in zip(rows[0], scores[0]))
-                          if score > 0])
+                scores = self._index.get_scores(tokens) if tokens else np.zeros(0)
+            # The top k among the documents that share a word with the query. (bm25s' own
+            # selection, `argpartition` over every score, took 8 ms a query on 100k documents,
+            # most of them tied at 0; the matching ones are a few hundred.)
+            matching = np.flatnonzero(scores)
+            best = matching[np.argsort(-scores[matching], kind="stable")[:k]]
+            found.append([Doc(d.id, d.title, d.text, float(scores[i])) for i, d in ((int(i), self.docs[int(i)])
+                                                                                     for i in best)])
         return found
 
 

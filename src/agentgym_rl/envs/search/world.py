@@ -134,12 +134,13 @@ class _Names:
         self.rng, self.used = rng, set()
 
     def word(self, low: int = 2, high: int = 3, suffix: str = "") -> str:
-        while True:
+        for _ in range(10_000):
             word = "".join(self.rng.choice(_SYLLABLES) for _ in range(self.rng.randint(low, high)))
             word = (word + suffix).capitalize()
             if word not in self.used:
                 self.used.add(word)
                 return word
+        raise ValueError(f"ran out of {low}-{high}-syllable names after {len(self.used)}: ask for a smaller world")
 
 
 def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World:
@@ -160,8 +161,8 @@ def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World
         world.countries[country] = Country(country, capital)
     # First names are shared (a search for one finds several people: distractors); surnames
     # are unique, so a full name finds its own article first.
-    first_names = [names.word(2, 2) for _ in range(max(10, size // 5))]
-    person_names = [f"{rng.choice(first_names)} {names.word(2, 3)}" for _ in range(size)]
+    first_names = [names.word(2, 3) for _ in range(max(10, size // 5))]
+    person_names = [f"{rng.choice(first_names)} {names.word(2, 4)}" for _ in range(size)]
     org_names = [f"{names.word(2, 3)} {rng.choice(_ORG_KINDS)}" for _ in range(max(12, size // 4))]
     for person in person_names:
         world.people[person] = Person(person, rng.randint(1850, 1990), rng.choice(city_names), rng.choice(org_names),
@@ -171,7 +172,7 @@ def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World
                                                 rng.choice(city_names))
     titles: set[str] = set()
     while len(titles) < max(25, size // 2):
-        titles.add(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} of {names.word(2, 2)}")
+        titles.add(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} of {names.word(2, 4)}")
     for title in sorted(titles):
         world.books[title] = Book(title, rng.choice(person_names), rng.randint(1870, 2020))
     world.articles = _articles(world, rng)
@@ -180,7 +181,8 @@ def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World
     # country's capital, nobody is asked who founded their own employer.
     askable = [name for name, p in sorted(world.people.items()) if p.birthplace not in capitals
                and world.organisations[p.employer].founder != name]
-    world.questions = [_question(world, askable, random.Random(f"search-question-{seed}-{i}"),
+    people, books = sorted(world.people), sorted(world.books)
+    world.questions = [_question(world, people, askable, books, random.Random(f"search-question-{seed}-{i}"),
                                  CATEGORIES[i % len(CATEGORIES)]) for i in range(questions)]
     return world
 
@@ -205,8 +207,8 @@ def _articles(world: World, rng: random.Random) -> list[Article]:
     return [Article(str(i), title, text) for i, (title, text) in enumerate(texts)]
 
 
-def _question(world: World, askable: list[str], rng: random.Random, category: str) -> Question:
-    people, books = sorted(world.people), sorted(world.books)
+def _question(world: World, people: list[str], askable: list[str], books: list[str], rng: random.Random,
+              category: str) -> Question:
     person, book = rng.choice(askable), rng.choice(books)
     p = world.people[person]
     if category == "1-hop":
