@@ -138,3 +138,14 @@ def test_bad_output_is_feedback_never_an_exception():
         assert reward == 0 and not terminated, name
         assert isinstance(observation, str) and 0 < len(observation) < 20_000, name
         assert info["invalid_action"] == (name in BAD), name
+
+
+@pytest.mark.parametrize("reply, kept", [
+    ("<think>I need the author of X.</think>\n<search>X</search>", "<search>X</search>"),
+    ("<think>a</think><search>X</search><think>b</think>", "<search>X</search>"),
+    ("<answer>Y</answer>", "<answer>Y</answer>"),
+])
+def test_a_warm_up_without_thoughts_keeps_the_tag(reply, kept):
+    from agentgym_rl.envs.parsing import drop_thought
+
+    assert drop_thought(reply) == kept and parse_reply(drop_thought(reply)) == parse_reply(reply)

@@ -29,11 +29,17 @@ def extract_action(text: str) -> str | None:
     return action[:MAX_ACTION_CHARS] or None
 
 
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+
 def drop_thought(text: str) -> str:
-    """The reply from its last `Action:` line on ("Thought: x\nAction: y" -> "Action: y");
-    a reply without one is returned unchanged."""
+    """The reply without its thought: from its last `Action:` line on ("Thought: x\nAction:
+    y" -> "Action: y"), or, in a tagged reply (Deep Search), without its `<think>...</think>`
+    blocks; any other reply is returned unchanged."""
     starts = list(_ACTION_LINE.finditer(text))
-    return text[starts[-1].start():].strip() if starts else text
+    if starts:
+        return text[starts[-1].start():].strip()
+    return _THINK.sub("", text).strip() if _THINK.search(text) else text
 
 
 def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str],

@@ -22,6 +22,7 @@ from __future__ import annotations
 import random
 import re
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
@@ -75,6 +76,17 @@ def _remote(url: str) -> RemoteRetriever:
 
 
 @cache
+def _dense(world: World, encoder: str) -> Retriever:
+    """The dense index of a world's articles for an encoder, built once per process."""
+    from .dense import DenseRetriever, HashingEncoder, HFEncoder
+
+    if encoder != "hashing" and not Path(encoder).is_dir():
+        raise ValueError(f"encoder must be 'hashing' or a local Hugging Face encoder folder; no folder {encoder!r}")
+    model = HashingEncoder() if encoder == "hashing" else HFEncoder(encoder)
+    return DenseRetriever([Doc(a.id, a.title, a.text) for a in world.articles], model)
+
+
+@cache
 def _bm25(world: World) -> BM25Retriever:
     """The index of a world's articles, built once per process and shared by its envs."""
     return BM25Retriever([Doc(a.id, a.title, a.text) for a in world.articles])
@@ -91,20 +103,31 @@ class SearchEnv(TextEnv):
 
     Args:
         top_k: documents returned per search (Search-R1 uses 3).
+        retriever: "bm25" (`bm25s`) or "dense" (FAISS over `encoder`'s vectors).
+        encoder: the dense retriever's encoder: "hashing" (no weights) or a local Hugging Face
+            encoder folder (e5, bge, ...; see `dense.HFEncoder`).
         retriever_url: a retrieval server with Search-R1's API (`agentgym-rl serve-retriever`)
-            to search instead of the in-process BM25 index; a search it cannot answer raises
+            to search instead of an index in this process; a search it cannot answer raises
             `RetrievalError`, which ends that episode as a recorded failure.
     """
 
     env_id = "search"
     instruction = INSTRUCTION
 
-    def __init__(self, top_k: int = 3, retriever_url: str | None = None) -> None:
+    def __init__(self, top_k: int = 3, retriever: str = "bm25", encoder: str = "hashing",
+                 retriever_url: str | None = None) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if retriever not in ("bm25", "dense"):
+            raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
         self.top_k = top_k
         self.world = default_world()
-        self.retriever: Retriever = _remote(retriever_url) if retriever_url else _bm25(self.world)
+        if retriever_url:
+            self.retriever: Retriever = _remote(retriever_url)
+        elif retriever == "dense":
+            self.retriever = _dense(self.world, encoder)
+        else:
+            self.retriever = _bm25(self.world)
         self.question: Question | None = None
         self._done = True
         self._info: dict[str, Any] = {}
