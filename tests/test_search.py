@@ -88,7 +88,7 @@ def test_one_search_answers_single_hop_questions_and_almost_no_multi_hop_one():
     env = SearchEnv()
     found, total = Counter(), Counter()
     for task in registry.tasks("search", "test"):
-        question = env.world.questions[task.index]
+        question = env.questions[task.index]
         docs = env.retriever.search([question.question], env.top_k)[0]
         seen = " " + normalize_answer(" ".join(f"{d.title} {d.text}" for d in docs)) + " "
         found[question.category] += f" {normalize_answer(question.answer)} " in seen

@@ -28,7 +28,7 @@ QUERIES = ["Vapax Nopax", "Who wrote The Last Forest of Mirdra?", "the of"]
 
 @pytest.fixture(scope="module")
 def retriever_url():
-    local = _bm25(default_world())
+    local = _bm25(None)
     with serving_app(create_retriever_app(local, len(local.docs))) as url:
         yield url
 
@@ -50,7 +50,7 @@ def test_a_corpus_file_round_trips_and_its_index_is_built_once(tmp_path):
 
 
 def test_the_remote_retriever_finds_what_the_local_index_finds(retriever_url):
-    local = _bm25(default_world())
+    local = _bm25(None)
     remote = RemoteRetriever(retriever_url)
     for mine, theirs in zip(local.search(QUERIES, 3), remote.search(QUERIES, 3)):
         assert [(d.id, d.title, d.text) for d in theirs] == [(d.id, d.title, d.text) for d in mine]
@@ -123,7 +123,7 @@ def test_dense_retrieval_with_the_hashing_encoder_finds_named_articles():
     assert vectors.shape == (3, 64) and np.allclose(np.linalg.norm(vectors, axis=1), 1)
     assert np.allclose(vectors[0], vectors[1]) and not np.allclose(vectors[0], vectors[2])
     env = SearchEnv(retriever="dense")
-    for question in env.world.questions[:50]:
+    for question in env.questions[:50]:
         subject = question.hops[0][0]
         assert subject in [d.title for d in env.retriever.search([subject], 3)[0]]
     with RolloutEngine(registry.env_factory("search", {"retriever": "dense"}), RolloutConfig()) as engine:

@@ -7,6 +7,7 @@ environment's dependencies.
 from __future__ import annotations
 
 import importlib
+import inspect
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
         return _remote_factory(env_id, kwargs, list(urls), timeout)
     try:
         make(env_id, **kwargs).close()
-    except TypeError as error:
+    except (TypeError, ValueError) as error:  # an unknown argument, or a bad value of one
         raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
 
     def factory() -> TextEnv:
@@ -173,11 +174,19 @@ def with_invalid_action_penalty(make_env: Callable[[], TextEnv], penalty: float)
     return factory
 
 
-def tasks(env_id: str, split: str) -> list[Task]:
-    """The tasks of a split ("train" or "test"), in a fixed order."""
+def tasks(env_id: str, split: str, kwargs: dict[str, Any] | None = None) -> list[Task]:
+    """The tasks of a split ("train" or "test"), in a fixed order.
+
+    `kwargs` are the environment's constructor arguments (`env.kwargs`); the tasks function
+    receives those its signature names (Deep Search's `qa_dir` chooses its questions)."""
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-    return load_entry_point(spec(env_id).tasks_entry_point)(split)
+    make_tasks = load_entry_point(spec(env_id).tasks_entry_point)
+    named = inspect.signature(make_tasks).parameters
+    try:
+        return make_tasks(split, **{key: value for key, value in (kwargs or {}).items() if key in named})
+    except (OSError, ValueError) as error:
+        raise UserError(f"the {split} tasks of {env_id!r}: {error}") from None
 
 
 def make_expert(env_id: str) -> Any:

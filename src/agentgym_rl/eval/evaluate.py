@@ -45,7 +45,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         (summary, trajectories); summary holds env, split, policy and the fields of
         `metrics.summarize` (success = Avg@n as a fraction, pass_at_k with k = samples).
     """
-    tasks = registry.tasks(env_id, split)
+    tasks = registry.tasks(env_id, split, env_kwargs)
     if episodes is not None:
         if episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {episodes}")

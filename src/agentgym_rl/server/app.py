@@ -12,7 +12,7 @@ so the OpenAPI schema at `/openapi.json` documents it):
     GET    /v1/envs/{id}/expert_action                {"action": "..." | null}
     DELETE /v1/envs/{id}                              {"closed": id}
 
-and, for BabyAI and TextCraft, AgentGym's own endpoints (`/create`, `/reset`, `/step`, ...;
+and, for BabyAI, TextCraft and SciWorld, AgentGym's own endpoints (`/create`, `/reset`, `/step`, ...;
 `agentgym.py`), on the same instances.
 
 Errors are JSON `{"detail": ...}` with a status a client can act on: 401 without the bearer

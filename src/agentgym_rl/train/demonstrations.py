@@ -35,7 +35,7 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
     With `rollout.expert_processes` other than 1 and enough episodes, slices of the tasks are
     played in separate processes; the result is the same list (same order and group ids)."""
     rollout = rollout or RolloutConfig()
-    tasks = registry.tasks(env_id, split)[:episodes]
+    tasks = registry.tasks(env_id, split, env_kwargs)[:episodes]
     horizon = max_turns or registry.spec(env_id).max_turns
     processes = min(rollout.expert_processes or len(os.sched_getaffinity(0)), len(tasks) // EPISODES_PER_PROCESS)
     # "fork": children inherit the registry (with envs registered at run time) and need no

@@ -111,7 +111,7 @@ class DPOTrainer(Trainer):
     def sample(self, session: Session) -> list[Trajectory]:
         """`data.samples_per_item` episodes of the starting policy on `data.items` random train items."""
         cfg, data = self.config, self.config.data
-        tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split), data.items, cfg.run.seed, "dpo")
+        tasks = sample_items(registry.tasks(cfg.env.id, cfg.env.train_split, cfg.env.kwargs), data.items, cfg.run.seed, "dpo")
         trajectories = session.sample(tasks, data.samples_per_item, data.temperature, data.max_turns, "DPO samples")
         save_trajectories(trajectories, self.run_dir / "trajectories" / "samples.jsonl")
         return trajectories

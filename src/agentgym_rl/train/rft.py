@@ -51,7 +51,7 @@ class RFTTrainer(Trainer):
 
     def __init__(self, config: RFTConfig, log: Callable[[str], Any] = print):
         super().__init__(config, log)
-        self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
+        self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
 
     def fit(self) -> list[dict[str, Any]]:
         """Run every round; returns one record per round (round 0 = the start) with the

@@ -112,8 +112,8 @@ class RLTrainer(Trainer):
             raise UserError(f"algo: {error}") from None
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._gap, self._gap_in_loss = LogprobGap(), False
-        self.train_tasks = registry.tasks(config.env.id, config.env.train_split)
-        self.val_tasks = registry.tasks(config.env.id, config.env.eval_split)[: config.eval.episodes]
+        self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
+        self.val_tasks = registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)[: config.eval.episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls, config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None

@@ -51,9 +51,9 @@ class Trainer:
 
     def __init__(self, config: Any, log: Callable[[str], Any] = print):
         registry.spec(config.env.id)
-        registry.tasks(config.env.id, config.env.train_split)
+        registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         if config.eval.episodes:
-            registry.tasks(config.env.id, config.env.eval_split)
+            registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)
         check_model_path(config.model.path)
         self.config, self.log, self.run_dir = config, log, config.run.dir
 

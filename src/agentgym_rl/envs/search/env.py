@@ -14,7 +14,8 @@ A reply with neither tag (or an empty one) is answered with how to reply, flagge
 answer, its token F1 ("f1").
 
 Item `i` is question `i` of the embedded world (`world.py`): the first `NUM_TEST` are the
-test split, the others train. Categories are the hop kinds (`world.CATEGORIES`).
+test split, the others train. Categories are the hop kinds (`world.CATEGORIES`). With
+`qa_dir` and `corpus`, the questions and documents are the user's real ones instead.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import Any
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..tasks import Task
 from .answers import exact_match, f1_score
-from .retrieval import BM25Retriever, Doc, RemoteRetriever, Retriever
-from .world import Question, World, default_world
+from .data import qa_file, read_qa
+from .retrieval import BM25Retriever, Doc, RemoteRetriever, Retriever, bm25_for_corpus, read_corpus
+from .world import Question, default_world
 
 NUM_TEST = 500
 MAX_QUERY_CHARS = 300
@@ -69,6 +71,10 @@ def format_documents(docs: list[Doc]) -> str:
     return f"<information>{body}</information>"
 
 
+#: Where BM25 indexes of corpus files are kept (one per file content).
+INDEX_CACHE = Path.home() / ".cache" / "agentgym-rl"
+
+
 @cache
 def _remote(url: str) -> RemoteRetriever:
     """One client (a connection pool) per server, shared by the envs of a process."""
@@ -76,30 +82,54 @@ def _remote(url: str) -> RemoteRetriever:
 
 
 @cache
-def _dense(world: World, encoder: str) -> Retriever:
-    """The dense index of a world's articles for an encoder, built once per process."""
+def _docs(corpus: str | None) -> tuple[Doc, ...]:
+    if corpus is None:
+        return tuple(Doc(a.id, a.title, a.text) for a in default_world().articles)
+    if not Path(corpus).is_file():
+        raise ValueError(f"no corpus file {corpus!r}")
+    return tuple(read_corpus(corpus))
+
+
+@cache
+def _bm25(corpus: str | None) -> BM25Retriever:
+    """The BM25 index of a corpus file (None: the embedded world's articles), built once per
+    process and shared by its envs; a file's index is also kept on disk."""
+    if corpus is None:
+        return BM25Retriever(_docs(None))
+    _docs(corpus)  # the file exists and parses
+    return bm25_for_corpus(corpus, INDEX_CACHE)
+
+
+@cache
+def _dense(corpus: str | None, encoder: str) -> Retriever:
+    """The dense index of a corpus for an encoder, built once per process."""
     from .dense import DenseRetriever, HashingEncoder, HFEncoder
 
     if encoder != "hashing" and not Path(encoder).is_dir():
         raise ValueError(f"encoder must be 'hashing' or a local Hugging Face encoder folder; no folder {encoder!r}")
     model = HashingEncoder() if encoder == "hashing" else HFEncoder(encoder)
-    return DenseRetriever([Doc(a.id, a.title, a.text) for a in world.articles], model)
+    return DenseRetriever(_docs(corpus), model)
 
 
 @cache
-def _bm25(world: World) -> BM25Retriever:
-    """The index of a world's articles, built once per process and shared by its envs."""
-    return BM25Retriever([Doc(a.id, a.title, a.text) for a in world.articles])
+def _questions(qa_dir: str | None) -> tuple[tuple[Question, ...], int]:
+    """(the questions, test ones first, then train; how many are test)."""
+    if qa_dir is None:
+        return tuple(default_world().questions), NUM_TEST
+    splits = [read_qa(qa_file(qa_dir, split)) for split in ("test", "train")]
+    questions = tuple(Question(item.question, item.answers[0], item.source, (), item.answers)
+                      for split in splits for item in split)
+    return questions, len(splits[0])
 
 
-def search_tasks(split: str) -> list[Task]:
-    questions = default_world().questions
-    indices = range(NUM_TEST) if split == "test" else range(NUM_TEST, len(questions))
+def search_tasks(split: str, qa_dir: str | None = None) -> list[Task]:
+    questions, num_test = _questions(qa_dir)
+    indices = range(num_test) if split == "test" else range(num_test, len(questions))
     return [Task("search", i, questions[i].category) for i in indices]
 
 
 class SearchEnv(TextEnv):
-    """Deep Search over the embedded world (see the module docstring).
+    """Deep Search (see the module docstring).
 
     Args:
         top_k: documents returned per search (Search-R1 uses 3).
@@ -109,34 +139,43 @@ class SearchEnv(TextEnv):
         retriever_url: a retrieval server with Search-R1's API (`agentgym-rl serve-retriever`)
             to search instead of an index in this process; a search it cannot answer raises
             `RetrievalError`, which ends that episode as a recorded failure.
+        corpus: a JSONL corpus file in wiki-18's layout to search instead of the embedded
+            encyclopedia (its BM25 index is kept in `INDEX_CACHE`).
+        qa_dir: a directory of real QA files (`data.py`: `train` and `test`, parquet or JSONL,
+            FlashRAG's or Search-R1's layout) to ask instead of the embedded questions; needs
+            `corpus` or `retriever_url`. Categories are the rows' datasets; there is no expert.
     """
 
     env_id = "search"
     instruction = INSTRUCTION
 
     def __init__(self, top_k: int = 3, retriever: str = "bm25", encoder: str = "hashing",
-                 retriever_url: str | None = None) -> None:
+                 retriever_url: str | None = None, corpus: str | None = None, qa_dir: str | None = None) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if retriever not in ("bm25", "dense"):
             raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
+        if qa_dir and not (corpus or retriever_url):
+            raise ValueError("real questions (qa_dir) need their documents: give corpus or retriever_url")
+        if corpus and not qa_dir:
+            raise ValueError("a corpus needs its questions: give qa_dir too")
         self.top_k = top_k
-        self.world = default_world()
+        self.questions, self.num_test = _questions(qa_dir)
         if retriever_url:
             self.retriever: Retriever = _remote(retriever_url)
         elif retriever == "dense":
-            self.retriever = _dense(self.world, encoder)
+            self.retriever = _dense(corpus, encoder)
         else:
-            self.retriever = _bm25(self.world)
+            self.retriever = _bm25(corpus)
         self.question: Question | None = None
         self._done = True
         self._info: dict[str, Any] = {}
         self.found: list[list[Doc]] = []  # the documents of each search this episode (the expert reads them)
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        questions = self.world.questions
+        questions = self.questions
         if item_id is None:
-            index = random.Random(seed).randrange(NUM_TEST, len(questions))
+            index = random.Random(seed).randrange(self.num_test, len(questions))
         else:
             index = parse_item_index(item_id, self.env_id)
             if index >= len(questions):
@@ -160,17 +199,18 @@ class SearchEnv(TextEnv):
             self.found.append(docs)
             return format_documents(docs), 0.0, False, False, {**self._info, "success": False,
                                                                 "invalid_action": False}
-        correct = exact_match(text, self.question.answer)
-        info = {**self._info, "success": correct, "invalid_action": False,
-                "f1": f1_score(text, self.question.answer)}
+        golds = list(self.question.answers or (self.question.answer,))
+        correct = exact_match(text, golds)
+        info = {**self._info, "success": correct, "invalid_action": False, "f1": f1_score(text, golds)}
         if correct:
             self._done = True
             return f"Your answer {text!r} is correct.", 1.0, True, False, info
         return f"Your answer {text!r} is not correct. Search more, or answer again.", 0.0, False, False, info
 
     def expert_action(self) -> str | None:
-        """Follow the question's hops with real searches (`expert.search_expert_reply`)."""
-        if self.question is None or self._done:
+        """Follow the question's hops with real searches (`expert.search_expert_reply`); None
+        for a real question (no hops are known)."""
+        if self.question is None or self._done or not self.question.hops:
             return None
         from .expert import search_expert_reply
 

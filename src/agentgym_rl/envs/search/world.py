@@ -107,6 +107,8 @@ class Question:
     answer: str
     category: str
     hops: tuple[tuple[str, str], ...]
+    answers: tuple[str, ...] = ()
+    """Every accepted answer when there are several (real QA data); else just `answer`."""
 
 
 @dataclass(eq=False)  # hashed by identity: the retriever of a world is cached
@@ -161,8 +163,9 @@ def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World
         world.countries[country] = Country(country, capital)
     # First names are shared (a search for one finds several people: distractors); surnames
     # are unique, so a full name finds its own article first.
+    longest = 3 if size <= 5000 else 4  # syllables: short names, unless a large world needs more of them
     first_names = [names.word(2, 3) for _ in range(max(10, size // 5))]
-    person_names = [f"{rng.choice(first_names)} {names.word(2, 4)}" for _ in range(size)]
+    person_names = [f"{rng.choice(first_names)} {names.word(2, longest)}" for _ in range(size)]
     org_names = [f"{names.word(2, 3)} {rng.choice(_ORG_KINDS)}" for _ in range(max(12, size // 4))]
     for person in person_names:
         world.people[person] = Person(person, rng.randint(1850, 1990), rng.choice(city_names), rng.choice(org_names),
@@ -172,7 +175,7 @@ def build_world(size: int = 1000, seed: int = 0, questions: int = 3000) -> World
                                                 rng.choice(city_names))
     titles: set[str] = set()
     while len(titles) < max(25, size // 2):
-        titles.add(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} of {names.word(2, 4)}")
+        titles.add(f"The {rng.choice(_ADJECTIVES)} {rng.choice(_NOUNS)} of {names.word(2, longest)}")
     for title in sorted(titles):
         world.books[title] = Book(title, rng.choice(person_names), rng.randint(1870, 2020))
     world.articles = _articles(world, rng)
