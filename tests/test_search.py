@@ -149,3 +149,14 @@ def test_a_warm_up_without_thoughts_keeps_the_tag(reply, kept):
     from agentgym_rl.envs.parsing import drop_thought
 
     assert drop_thought(reply) == kept and parse_reply(drop_thought(reply)) == parse_reply(reply)
+
+
+def test_the_world_size_and_seed_are_env_arguments_its_tasks_follow():
+    small = {"world_size": 200, "world_seed": 7}
+    env = SearchEnv(**small)
+    assert len(env.retriever.docs) < 500 and env.questions[0] != SearchEnv().questions[0]
+    [task] = registry.tasks("search", "test", small)[:1]
+    observation, _ = env.reset(task.index)
+    assert observation == f"Question: {env.questions[0].question}" and task.category == env.questions[0].category
+    with RolloutEngine(registry.env_factory("search", small), RolloutConfig()) as engine:
+        assert all(t.success for t in engine.run(registry.tasks("search", "test", small)[:20], EnvExpert(), 10))

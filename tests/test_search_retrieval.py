@@ -19,7 +19,6 @@ from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.search.env import SearchEnv, _bm25
 from agentgym_rl.envs.search.retrieval import (BM25Retriever, Doc, RemoteRetriever, RetrievalError, bm25_for_corpus,
                                                read_corpus, write_corpus)
-from agentgym_rl.envs.search.world import default_world
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.server.retriever import create_retriever_app
 
@@ -28,7 +27,7 @@ QUERIES = ["Vapax Nopax", "Who wrote The Last Forest of Mirdra?", "the of"]
 
 @pytest.fixture(scope="module")
 def retriever_url():
-    local = _bm25(None)
+    local = _bm25((1000, 0))
     with serving_app(create_retriever_app(local, len(local.docs))) as url:
         yield url
 
@@ -50,7 +49,7 @@ def test_a_corpus_file_round_trips_and_its_index_is_built_once(tmp_path):
 
 
 def test_the_remote_retriever_finds_what_the_local_index_finds(retriever_url):
-    local = _bm25(None)
+    local = _bm25((1000, 0))
     remote = RemoteRetriever(retriever_url)
     for mine, theirs in zip(local.search(QUERIES, 3), remote.search(QUERIES, 3)):
         assert [(d.id, d.title, d.text) for d in theirs] == [(d.id, d.title, d.text) for d in mine]

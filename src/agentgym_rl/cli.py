@@ -182,11 +182,11 @@ def serve_retriever(
     import uvicorn
 
     from .envs.search.retrieval import Doc, BM25Retriever, bm25_for_corpus
-    from .envs.search.world import default_world
+    from .envs.search.world import cached_world
     from .server.retriever import create_retriever_app
 
     if corpus is None:
-        retriever = BM25Retriever([Doc(a.id, a.title, a.text) for a in default_world().articles])
+        retriever = BM25Retriever([Doc(a.id, a.title, a.text) for a in cached_world().articles])
     else:
         if not corpus.is_file():
             raise UserError(f"no corpus file {str(corpus)!r}")

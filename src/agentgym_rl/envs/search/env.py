@@ -31,7 +31,7 @@ from ..tasks import Task
 from .answers import exact_match, f1_score
 from .data import qa_file, read_qa
 from .retrieval import BM25Retriever, Doc, RemoteRetriever, Retriever, bm25_for_corpus, read_corpus
-from .world import Question, default_world
+from .world import Question, cached_world
 
 NUM_TEST = 500
 MAX_QUERY_CHARS = 300
@@ -81,27 +81,31 @@ def _remote(url: str) -> RemoteRetriever:
     return RemoteRetriever(url)
 
 
+#: Where the documents come from: a corpus file, or the generated world of (size, seed).
+Source = str | tuple[int, int]
+
+
 @cache
-def _docs(corpus: str | None) -> tuple[Doc, ...]:
-    if corpus is None:
-        return tuple(Doc(a.id, a.title, a.text) for a in default_world().articles)
+def _docs(corpus: Source) -> tuple[Doc, ...]:
+    if isinstance(corpus, tuple):
+        return tuple(Doc(a.id, a.title, a.text) for a in cached_world(*corpus).articles)
     if not Path(corpus).is_file():
         raise ValueError(f"no corpus file {corpus!r}")
     return tuple(read_corpus(corpus))
 
 
 @cache
-def _bm25(corpus: str | None) -> BM25Retriever:
-    """The BM25 index of a corpus file (None: the embedded world's articles), built once per
-    process and shared by its envs; a file's index is also kept on disk."""
-    if corpus is None:
-        return BM25Retriever(_docs(None))
+def _bm25(corpus: Source) -> BM25Retriever:
+    """The BM25 index of a corpus file or generated world, built once per process and shared
+    by its envs; a file's index is also kept on disk."""
+    if isinstance(corpus, tuple):
+        return BM25Retriever(_docs(corpus))
     _docs(corpus)  # the file exists and parses
     return bm25_for_corpus(corpus, INDEX_CACHE)
 
 
 @cache
-def _dense(corpus: str | None, encoder: str) -> Retriever:
+def _dense(corpus: Source, encoder: str) -> Retriever:
     """The dense index of a corpus for an encoder, built once per process."""
     from .dense import DenseRetriever, HashingEncoder, HFEncoder
 
@@ -112,18 +116,19 @@ def _dense(corpus: str | None, encoder: str) -> Retriever:
 
 
 @cache
-def _questions(qa_dir: str | None) -> tuple[tuple[Question, ...], int]:
-    """(the questions, test ones first, then train; how many are test)."""
+def _questions(qa_dir: str | None, world: tuple[int, int]) -> tuple[tuple[Question, ...], int]:
+    """(the questions, test ones first, then train; how many are test): the real ones of
+    `qa_dir`, else those of the generated world of (size, seed)."""
     if qa_dir is None:
-        return tuple(default_world().questions), NUM_TEST
+        return tuple(cached_world(*world).questions), NUM_TEST
     splits = [read_qa(qa_file(qa_dir, split)) for split in ("test", "train")]
     questions = tuple(Question(item.question, item.answers[0], item.source, (), item.answers)
                       for split in splits for item in split)
     return questions, len(splits[0])
 
 
-def search_tasks(split: str, qa_dir: str | None = None) -> list[Task]:
-    questions, num_test = _questions(qa_dir)
+def search_tasks(split: str, qa_dir: str | None = None, world_size: int = 1000, world_seed: int = 0) -> list[Task]:
+    questions, num_test = _questions(qa_dir, (world_size, world_seed))
     indices = range(num_test) if split == "test" else range(num_test, len(questions))
     return [Task("search", i, questions[i].category) for i in indices]
 
@@ -144,13 +149,16 @@ class SearchEnv(TextEnv):
         qa_dir: a directory of real QA files (`data.py`: `train` and `test`, parquet or JSONL,
             FlashRAG's or Search-R1's layout) to ask instead of the embedded questions; needs
             `corpus` or `retriever_url`. Categories are the rows' datasets; there is no expert.
+        world_size, world_seed: the generated encyclopedia (`world.build_world`: people in it,
+            and the seed); other values give other articles and questions.
     """
 
     env_id = "search"
     instruction = INSTRUCTION
 
     def __init__(self, top_k: int = 3, retriever: str = "bm25", encoder: str = "hashing",
-                 retriever_url: str | None = None, corpus: str | None = None, qa_dir: str | None = None) -> None:
+                 retriever_url: str | None = None, corpus: str | None = None, qa_dir: str | None = None,
+                 world_size: int = 1000, world_seed: int = 0) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if retriever not in ("bm25", "dense"):
@@ -160,13 +168,15 @@ class SearchEnv(TextEnv):
         if corpus and not qa_dir:
             raise ValueError("a corpus needs its questions: give qa_dir too")
         self.top_k = top_k
-        self.questions, self.num_test = _questions(qa_dir)
+        world = (world_size, world_seed)
+        self.questions, self.num_test = _questions(qa_dir, world)
+        source: Source = corpus or world
         if retriever_url:
             self.retriever: Retriever = _remote(retriever_url)
         elif retriever == "dense":
-            self.retriever = _dense(corpus, encoder)
+            self.retriever = _dense(source, encoder)
         else:
-            self.retriever = _bm25(corpus)
+            self.retriever = _bm25(source)
         self.question: Question | None = None
         self._done = True
         self._info: dict[str, Any] = {}

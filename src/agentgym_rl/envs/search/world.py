@@ -260,6 +260,6 @@ def _question(world: World, people: list[str], askable: list[str], books: list[s
 
 
 @cache
-def default_world() -> World:
-    """The world of the `search` environment's default items (built once per process)."""
-    return build_world()
+def cached_world(size: int = 1000, seed: int = 0) -> World:
+    """`build_world(size, seed)`, built once per process (the `search` env's default is 1000, 0)."""
+    return build_world(size, seed)
