@@ -4,6 +4,7 @@ corpus file, and the env and task lists built from them (fixture files in those 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -24,8 +25,9 @@ def write_jsonl(path, rows):
 
 
 @pytest.fixture
-def flashrag(tmp_path):
-    """A FlashRAG-layout dataset directory `nq/` and a corpus file."""
+def flashrag(tmp_path, monkeypatch):
+    """A FlashRAG-layout dataset directory `nq/` and a corpus file (its index cached under tmp_path)."""
+    monkeypatch.setattr("agentgym_rl.envs.search.env.INDEX_CACHE", tmp_path / "index-cache")
     (tmp_path / "nq").mkdir()
     write_jsonl(tmp_path / "nq" / "test.jsonl", [
         {"id": "test_0", "question": "what is the capital of france", "golden_answers": ["Paris", "Paris, France"]},
@@ -61,6 +63,7 @@ def test_real_questions_are_asked_and_every_gold_answer_counts(flashrag):
     assert [(t.index, t.category) for t in tests] == [(0, "nq"), (1, "nq")]
     assert [t.index for t in registry.tasks("search", "train", flashrag)] == [2]
     env = SearchEnv(top_k=2, **flashrag)
+    assert len(list((Path(flashrag["corpus"]).parent / "index-cache").iterdir())) == 1
     observation, info = env.reset(0)
     assert observation == "Question: what is the capital of france" and info["category"] == "nq"
     assert env.expert_action() is None  # no hops are known for a real question

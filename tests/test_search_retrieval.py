@@ -86,11 +86,12 @@ def test_an_unreachable_retrieval_server_fails_the_episode_not_the_run():
     assert "RetrievalError" in episode.error and "cannot connect" in episode.error and episode.turns == 0
 
 
-def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path):
+def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # its index goes to ~/.cache
     write_corpus([Doc(str(i), f"Title {i}", f"Text about item{i}.") for i in range(50)], tmp_path / "c.jsonl")
     port = free_port()
     command = [sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--corpus", str(tmp_path / "c.jsonl"),
-               "--port", str(port), "--cache-dir", str(tmp_path / "cache")]
+               "--port", str(port)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -110,6 +111,9 @@ def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--corpus",
                               str(tmp_path / "none.jsonl")], capture_output=True, text=True)
     assert missing.returncode == 2 and "no corpus file" in missing.stderr and "Traceback" not in missing.stderr
+    wrong = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--retriever", "magic"],
+                           capture_output=True, text=True)
+    assert wrong.returncode == 2 and "retriever must be 'bm25' or 'dense'" in wrong.stderr
 
 
 def test_dense_retrieval_with_the_hashing_encoder_finds_named_articles():

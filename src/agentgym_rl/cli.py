@@ -172,29 +172,27 @@ def serve_env(
 def serve_retriever(
     corpus: Optional[Path] = typer.Option(None, help="JSONL corpus, one {\"id\", \"contents\": \"title\\ntext\"} "
                                           "per line (wiki-18's layout); default: the search env's encyclopedia."),
+    retriever: str = typer.Option("bm25", help="bm25, or dense (FAISS over --encoder's vectors)."),
+    encoder: str = typer.Option("hashing", help="The dense retriever's encoder: hashing, or a local Hugging Face "
+                                "encoder folder (e5, bge, ...)."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8001, min=0, max=65535, help="Port to listen on."),
     topk: int = typer.Option(3, min=1, max=100, help="Documents per query when a request gives no topk."),
-    cache_dir: Path = typer.Option(Path.home() / ".cache" / "agentgym-rl", help="Where BM25 indexes of corpus "
-                                   "files are kept (one per file content)."),
 ) -> None:
-    """Serve BM25 retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs)."""
+    """Serve retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs).
+    A corpus file's BM25 index is kept in ~/.cache/agentgym-rl, one per file content."""
     import uvicorn
 
-    from .envs.search.retrieval import Doc, BM25Retriever, bm25_for_corpus
-    from .envs.search.world import cached_world
+    from .envs.search.env import local_retriever
     from .server.retriever import create_retriever_app
 
-    if corpus is None:
-        retriever = BM25Retriever([Doc(a.id, a.title, a.text) for a in cached_world().articles])
-    else:
-        if not corpus.is_file():
-            raise UserError(f"no corpus file {str(corpus)!r}")
-        try:
-            retriever = bm25_for_corpus(corpus, cache_dir)
-        except ValueError as error:
-            raise UserError(str(error)) from None
-    uvicorn.run(create_retriever_app(retriever, len(retriever.docs), topk), host=host, port=port,
+    if corpus is not None and not corpus.is_file():
+        raise UserError(f"no corpus file {str(corpus)!r}")
+    try:
+        index = local_retriever(str(corpus) if corpus else (1000, 0), retriever, encoder)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    uvicorn.run(create_retriever_app(index, len(index.docs), topk), host=host, port=port,
                 log_level="warning", access_log=False)
 
 

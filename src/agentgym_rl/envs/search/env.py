@@ -115,6 +115,14 @@ def _dense(corpus: Source, encoder: str) -> Retriever:
     return DenseRetriever(_docs(corpus), model)
 
 
+def local_retriever(source: Source, retriever: str = "bm25", encoder: str = "hashing") -> Retriever:
+    """The retriever over a corpus file or generated world (size, seed): "bm25" or "dense"
+    with `encoder`; built once per process."""
+    if retriever not in ("bm25", "dense"):
+        raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
+    return _dense(source, encoder) if retriever == "dense" else _bm25(source)
+
+
 @cache
 def _questions(qa_dir: str | None, world: tuple[int, int]) -> tuple[tuple[Question, ...], int]:
     """(the questions, test ones first, then train; how many are test): the real ones of
@@ -161,8 +169,6 @@ class SearchEnv(TextEnv):
                  world_size: int = 1000, world_seed: int = 0) -> None:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
-        if retriever not in ("bm25", "dense"):
-            raise ValueError(f"retriever must be 'bm25' or 'dense', got {retriever!r}")
         if qa_dir and not (corpus or retriever_url):
             raise ValueError("real questions (qa_dir) need their documents: give corpus or retriever_url")
         if corpus and not qa_dir:
@@ -170,13 +176,8 @@ class SearchEnv(TextEnv):
         self.top_k = top_k
         world = (world_size, world_seed)
         self.questions, self.num_test = _questions(qa_dir, world)
-        source: Source = corpus or world
-        if retriever_url:
-            self.retriever: Retriever = _remote(retriever_url)
-        elif retriever == "dense":
-            self.retriever = _dense(source, encoder)
-        else:
-            self.retriever = _bm25(source)
+        self.retriever = _remote(retriever_url) if retriever_url else local_retriever(corpus or world, retriever,
+                                                                                        encoder)
         self.question: Question | None = None
         self._done = True
         self._info: dict[str, Any] = {}
