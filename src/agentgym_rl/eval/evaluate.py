@@ -33,6 +33,20 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
     return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache)
 
 
+def _check_listable(make_env: Any, task: Any, seed: int) -> None:
+    """Raise a UserError before any work when the environment cannot list its actions (a random
+    policy picks among them)."""
+    env = make_env()
+    try:
+        env.reset(task.index, seed=seed)
+        listed = env.available_actions()
+    finally:
+        env.close()
+    if not listed:
+        raise UserError(f"environment {task.env_id!r} cannot list its actions, so it has no random policy; use "
+                        "--policy expert or a model folder")
+
+
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
@@ -59,7 +73,10 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
     agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype)
-    engine = RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout)
+    make_env = registry.env_factory(env_id, env_kwargs, env_urls, env_timeout)
+    if isinstance(agent, RandomPolicy):
+        _check_listable(make_env, tasks[0], seed)
+    engine = RolloutEngine(make_env, rollout)
     from tqdm import tqdm
 
     with engine, tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
