@@ -5,14 +5,13 @@ they are recorded as failed with the reason, left out of the update, and counted
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import CounterEnv, counter_tasks
 from fastapi import FastAPI, Response
-from test_server import serving
+from test_server import serving, serving_app
 
 from agentgym_rl.config import RLConfig, RolloutConfig, load_config
 from agentgym_rl.envs import registry
@@ -118,21 +117,8 @@ def test_a_malformed_answer_fails_the_episode_with_the_reason():
     app.post("/v1/envs/1/reset")(lambda: {"observation": "Goal: count to 1.", "info": {"item_id": "counter_0"}})
     app.post("/v1/envs/1/step")(lambda: {"observation": 42, "reward": "lots"})
     app.delete("/v1/envs/1")(lambda: {"closed": 1})
-    import uvicorn
-    from test_server import free_port
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        [trajectory] = RolloutEngine(lambda: HttpEnv(f"http://127.0.0.1:{port}")).run(
-            [Task("counter", 0, "goal1")], Counting(), max_turns=3)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serving_app(app) as url:
+        [trajectory] = RolloutEngine(lambda: HttpEnv(url)).run([Task("counter", 0, "goal1")], Counting(), max_turns=3)
     assert "malformed step answer" in trajectory.error
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import httpx
 import numpy as np
 import pytest
-from test_server import free_port, serving_app
+from test_server import free_port, serving_app, wait_until_healthy
 
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
@@ -94,15 +93,7 @@ def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path, mo
                "--port", str(port)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/health").raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert server.poll() is None, server.stderr.read().decode()
-                assert time.monotonic() < deadline
-                time.sleep(0.2)
+        wait_until_healthy(f"http://127.0.0.1:{port}", server)
         [[doc]] = RemoteRetriever(f"http://127.0.0.1:{port}").search(["item7"], 1)
         assert (doc.id, doc.title) == ("7", "Title 7")
     finally:

@@ -57,6 +57,20 @@ def serving_app(app, port: int | None = None):
         thread.join(10)
 
 
+def wait_until_healthy(url: str, process, seconds: float = 60) -> None:
+    """Wait for a server `process` (a subprocess.Popen) to answer `url`/health; fail with its
+    stderr if it exits first."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            httpx.get(f"{url}/health").raise_for_status()
+            return
+        except httpx.HTTPError:
+            assert process.poll() is None, process.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, f"{url} did not start"
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def babyai_url():
     with serving("babyai") as url:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from test_server import free_port
+from test_server import free_port, wait_until_healthy
 
 from agentgym_rl.envs.remote import EnvServer, HttpEnv
 
@@ -50,15 +49,7 @@ def test_ten_thousand_episodes_leak_neither_memory_nor_instances():
     process = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-env", "babyai", "--port", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{url}/health").raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, process.stderr.read().decode()[-2000:]
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
+        wait_until_healthy(url, process)
         server = EnvServer(url)
         with ThreadPoolExecutor(THREADS) as pool:
             list(pool.map(lambda e: play(server, e), range(WARMUP)))

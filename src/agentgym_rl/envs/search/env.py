@@ -100,8 +100,7 @@ def _bm25(corpus: Source) -> BM25Retriever:
     by its envs; a file's index is also kept on disk."""
     if isinstance(corpus, tuple):
         return BM25Retriever(_docs(corpus))
-    _docs(corpus)  # the file exists and parses
-    return bm25_for_corpus(corpus, INDEX_CACHE)
+    return bm25_for_corpus(corpus, INDEX_CACHE, _docs(corpus))
 
 
 @cache

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
-import httpx
 import numpy as np
+
+from ..base import EnvStateError
+from ..remote import RemoteEnvError, ServerConnection
 
 
 @dataclass(frozen=True)
@@ -113,14 +114,15 @@ class BM25Retriever:
         return found
 
 
-def bm25_for_corpus(path: str | Path, cache_dir: str | Path) -> BM25Retriever:
-    """A BM25 retriever over the corpus file at `path`, its index built once and kept in
-    `cache_dir/<sha256 of the file>/` (a changed file gets a new index)."""
+def bm25_for_corpus(path: str | Path, cache_dir: str | Path, docs: Sequence[Doc] | None = None) -> BM25Retriever:
+    """A BM25 retriever over the corpus file at `path` (whose documents, `docs`, the caller
+    may have read already), its index built once and kept in `cache_dir/<sha256 of the
+    file>/` (a changed file gets a new index)."""
     import bm25s
 
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:32]
     saved = Path(cache_dir) / f"bm25-{digest}"
-    docs = read_corpus(path)
+    docs = read_corpus(path) if docs is None else docs
     if saved.is_dir():
         return BM25Retriever(docs, index=bm25s.BM25.load(str(saved)))
     built = BM25Retriever(docs)
@@ -142,35 +144,27 @@ class RemoteRetriever:
     """
 
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 2):
-        self.url, self.retries = url.rstrip("/"), retries
-        self._http = httpx.Client(base_url=self.url, timeout=timeout)
+        # The env servers' connection: pooled, with the same retries and backoff.
+        self._server = ServerConnection(url, timeout=timeout, retries=retries)
+        self.url = self._server.url
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Doc]]:
         body = {"queries": list(queries), "topk": k, "return_scores": True}
-        for attempt in range(self.retries + 1):
-            try:
-                response = self._http.post("/retrieve", json=body)
-                break
-            except (httpx.ConnectError, httpx.ConnectTimeout) as error:
-                if attempt == self.retries:
-                    raise RetrievalError(f"{self.url}: cannot connect ({error})") from None
-                time.sleep(0.2 * 2 ** attempt)
-            except httpx.HTTPError as error:
-                raise RetrievalError(f"{self.url}/retrieve: {type(error).__name__} ({error})") from None
-        if response.status_code != 200:
-            raise RetrievalError(f"{self.url}/retrieve: HTTP {response.status_code}: {response.text[:300]}")
         try:
-            result = response.json()["result"]
+            answer = self._server.call("POST", "/retrieve", body)
+        except (RemoteEnvError, EnvStateError) as error:
+            raise RetrievalError(str(error)) from None
+        try:
             found = [[doc_from_row({**hit["document"], "score": hit.get("score", 0.0)}) for hit in hits]
-                     for hits in result]
+                     for hits in answer["result"]]
         except (ValueError, KeyError, TypeError) as error:
-            raise RetrievalError(f"{self.url}/retrieve: malformed answer ({error}): {response.text[:200]!r}") from None
+            raise RetrievalError(f"{self.url}/retrieve: malformed answer ({error}): {str(answer)[:200]!r}") from None
         if len(found) != len(queries):
             raise RetrievalError(f"{self.url}/retrieve: {len(found)} result lists for {len(queries)} queries")
         return found
 
     def close(self) -> None:
-        self._http.close()
+        self._server.close()
 
 
 class RetrievalError(RuntimeError):
