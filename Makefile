@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,16 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 demo: $(VENV)/.installed
 	$(BIN)/agentgym-rl quickstart
 
+# Chromium and Java from Debian's packages, when missing (scripts/system-packages.sh).
+system-packages:
+	bash scripts/system-packages.sh
+
 # lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md).
-test: $(VENV)/.installed
+test: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
-test-fast: $(VENV)/.installed
+test-fast: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow"
 

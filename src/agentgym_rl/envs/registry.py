@@ -242,3 +242,14 @@ register(
         # Not pure_python: with `retriever_url` a search waits on a retrieval server.
     )
 )
+
+register(
+    EnvSpec(
+        env_id="web",
+        entry_point="agentgym_rl.envs.web.env:WebEnv",
+        tasks_entry_point="agentgym_rl.envs.web.env:web_tasks",
+        max_turns=15,  # the longest embedded tasks take 7 actions; WebArena allows 30
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        max_parallel=8,  # a browser context (a renderer process) each
+    )
+)

@@ -1,0 +1,126 @@
+"""The web environment's costs: memory per env instance, resets/s and steps/s, for env
+instances that share one Chromium (a browser context each, the default) and for instances
+with a Chromium process of their own (`own_browser=True`).
+
+    python bench/web_env.py [--instances 8] [--episodes 30]
+
+Memory is the proportional set size (PSS, shared pages split between their processes) of all
+Chromium processes under this one, each instance having opened its first task's page. Resets
+and steps are timed on the embedded shop's test tasks, played by the expert: one env in a
+loop, then `--threads` envs stepped from as many threads, as a rollout does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.base import EnvExpert
+
+
+def chromium_pss_mib() -> float:
+    """Total PSS of the Chromium processes descending from this process, in MiB."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                status = (proc / "status").read_text()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+    descendants, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
+        descendants |= frontier
+    total_kib = 0
+    for pid in descendants:
+        try:
+            if "chrom" not in Path(f"/proc/{pid}/comm").read_text():
+                continue
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total_kib += int(next(line for line in rollup.splitlines() if line.startswith("Pss:")).split()[1])
+    return total_kib / 1024
+
+
+def memory(instances: int, own_browser: bool) -> tuple[float, float]:
+    """(PSS with one instance, PSS with `instances`), in MiB."""
+    envs = [registry.make("web", own_browser=own_browser) for _ in range(instances)]
+    try:
+        envs[0].reset(0)
+        time.sleep(1)
+        one = chromium_pss_mib()
+        for env in envs[1:]:
+            env.reset(0)
+        time.sleep(1)
+        return one, chromium_pss_mib()
+    finally:
+        for env in envs:
+            env.close()
+
+
+def play(env, items: list[int]) -> tuple[int, int, float, float]:
+    """(resets, steps, seconds in reset, seconds in step) of expert episodes on `items`."""
+    expert = EnvExpert()
+    steps, reset_time, step_time = 0, 0.0, 0.0
+    for item in items:
+        began = time.perf_counter()
+        env.reset(item)
+        reset_time += time.perf_counter() - began
+        while True:
+            action = expert.act(env)
+            began = time.perf_counter()
+            terminated = env.step(action)[2]
+            step_time += time.perf_counter() - began
+            steps += 1
+            if terminated:
+                break
+    return len(items), steps, reset_time, step_time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instances", type=int, default=8)
+    parser.add_argument("--episodes", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=4)
+    args = parser.parse_args()
+    items = [task.index for task in registry.tasks("web", "test")][: args.episodes]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print("| what | shared browser, a context per instance | a browser per instance |\n|---|---|---|")
+    rows: dict[str, list[str]] = {}
+    for own in (False, True):
+        one, many = memory(args.instances, own)
+        rows.setdefault("Chromium memory (PSS), 1 instance", []).append(f"{one:.0f} MiB")
+        rows.setdefault(f"Chromium memory (PSS), {args.instances} instances", []).append(f"{many:.0f} MiB")
+        rows.setdefault("memory per extra instance", []).append(f"{(many - one) / (args.instances - 1):.0f} MiB")
+        with registry.make("web", own_browser=own) as env:
+            play(env, items[:2])  # launch and warm up
+            resets, steps, reset_time, step_time = play(env, items)
+        rows.setdefault("resets/s, one env", []).append(f"{resets / reset_time:.1f}")
+        rows.setdefault("steps/s, one env (expert actions)", []).append(f"{steps / step_time:.1f}")
+        envs = [registry.make("web", own_browser=own) for _ in range(args.threads)]
+        try:
+            shares = [items[i:: args.threads] for i in range(args.threads)]
+            with ThreadPoolExecutor(args.threads) as pool:
+                list(pool.map(lambda pair: play(*pair), [(env, items[:1]) for env in envs]))  # warm up
+                began = time.perf_counter()
+                results = list(pool.map(lambda pair: play(*pair), zip(envs, shares)))
+                wall = time.perf_counter() - began
+        finally:
+            for env in envs:
+                env.close()
+        episodes = sum(r[0] for r in results)
+        rows.setdefault(f"episodes/s, {args.threads} envs on {args.threads} threads", []).append(f"{episodes / wall:.2f}")
+        rows.setdefault(f"steps/s (resets included), {args.threads} envs", []).append(f"{sum(r[1] for r in results) / wall:.1f}")
+    for what, values in rows.items():
+        print(f"| {what} | {' | '.join(values)} |")
+
+
+if __name__ == "__main__":
+    main()

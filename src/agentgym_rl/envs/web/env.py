@@ -1,0 +1,511 @@
+"""`WebEnv`: tasks on websites in a real headless Chromium, in WebArena's observation and
+action format.
+
+Observation: the objective, the URL, the open tabs, the page's accessibility tree with numeric
+ids (`axtree.py`) and the previous action. Action: one of WebArena's (`actions.GRAMMAR`) in
+triple backticks. A malformed or impossible action is explained in the next observation and
+flagged `invalid_action`; it never raises. `stop [answer]` ends the episode, which the task's
+evaluators score (`evaluators.py`): reward 1 when all pass.
+
+By default the tasks are the embedded shop's (`shop_tasks.py`), on a site this process serves
+on loopback, with a database of its own per env instance restored before every episode. With
+`task_file` they are WebArena task configs run against sites the user hosts (`site_urls`).
+Each env instance has its own browser context in the process' one Chromium (`browser.py`) and
+may only reach its task's sites.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
+from ..tasks import Task
+from .actions import GRAMMAR, Action, ParseError, parse_action
+from .axtree import AXPage, render_axtree
+from .browser import BrowserRuntime, find_chromium, shared_runtime
+from .evaluators import ALTERNATIVES, evaluate, needs_judge
+from .shop_data import build_shop
+from .shop_site import shop_app
+from .shop_tasks import shop_tasks
+from .site_server import TENANT_HEADER, SiteServer, TenantDatabases
+
+INSTRUCTION = (
+    "You browse websites to complete a task. Each observation shows the objective, the page's "
+    "accessibility tree (every element has an id in brackets) and your previous action. Reply with "
+    "one action in triple backticks, for example ```click [12]``` or ```type [7] [blue kettle] [1]```. "
+    f"Actions: {GRAMMAR}. When the task asks a question, answer it with ```stop [answer]```; "
+    "otherwise finish with ```stop []```."
+)
+PLACEHOLDERS = {"__SHOPPING__": "shopping", "__SHOPPING_ADMIN__": "shopping_admin", "__REDDIT__": "reddit",
+                "__GITLAB__": "gitlab", "__WIKIPEDIA__": "wikipedia", "__MAP__": "map"}
+VIEWPORT = {"width": 1280, "height": 900}
+NAVIGATION_GRACE = 0.3
+"""Seconds to wait after a click for a navigation to start before treating the page as settled."""
+
+
+class EmbeddedSites:
+    """The websites this process serves (one server per site, a database per tenant) and
+    their tasks."""
+
+    def __init__(self, seed: int):
+        self.databases = {"shopping": TenantDatabases(lambda: build_shop(seed))}
+        self.servers = {"shopping": SiteServer(shop_app(self.databases["shopping"]), "shopping")}
+        self.urls = {name: server.url for name, server in self.servers.items()}
+        test, train = shop_tasks(self.databases["shopping"].pristine, seed)
+        self.tasks = test + train
+        self.num_test = len(test)
+
+
+_SITES_LOCK = threading.Lock()
+
+
+@cache
+def _embedded(seed: int) -> EmbeddedSites:
+    return EmbeddedSites(seed)
+
+
+def embedded_sites(seed: int = 0) -> EmbeddedSites:
+    """The process' embedded sites for `seed`, started on first use."""
+    with _SITES_LOCK:
+        return _embedded(seed)
+
+
+@cache
+def _task_file(path: str) -> tuple[dict, ...]:
+    """WebArena task configs: a JSON list, one JSON object, or a folder of `<id>.json` files."""
+    source = Path(path)
+    if source.is_dir():
+        files = sorted(source.glob("*.json"), key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else 0, p.stem))
+        configs = [json.loads(file.read_text()) for file in files]
+    elif source.is_file():
+        loaded = json.loads(source.read_text())
+        configs = loaded if isinstance(loaded, list) else [loaded]
+    else:
+        raise ValueError(f"no task file or folder {path!r}")
+    for config in configs:
+        missing = {"intent", "start_url", "eval"} - set(config)
+        if missing:
+            raise ValueError(f"{path}: task {config.get('task_id', '?')} lacks {', '.join(sorted(missing))}")
+    return tuple(configs)
+
+
+def _user_tasks(task_file: str, judged: bool) -> list[dict]:
+    return [task for task in _task_file(task_file) if judged or not needs_judge(task)]
+
+
+def web_tasks(split: str, task_file: str | None = None, judge_url: str | None = None, seed: int = 0) -> list[Task]:
+    """The embedded shop's test or train tasks; with `task_file`, its tasks in both splits
+    (WebArena has no train split), without those that need a judge when none is set."""
+    if task_file is not None:
+        return [Task("web", index, _category(task)) for index, task in enumerate(_user_tasks(task_file, bool(judge_url)))]
+    sites = embedded_sites(seed)
+    indices = range(sites.num_test) if split == "test" else range(sites.num_test, len(sites.tasks))
+    return [Task("web", index, sites.tasks[index]["category"]) for index in indices]
+
+
+def _category(task: dict) -> str:
+    if "category" in task:
+        return task["category"]
+    kinds = task["eval"].get("eval_types", ["?"])
+    return f"{'+'.join(task.get('sites', ['web']))}/{'state' if 'program_html' in kinds else 'info' if 'string_match' in kinds else 'navigation'}"
+
+
+@dataclass
+class _Browsing:
+    """One env instance's browser state: its context, tabs and the last page text."""
+
+    context: Any = None
+    active: int = 0
+    page: AXPage = field(default_factory=lambda: AXPage(""))
+    sessions: dict = field(default_factory=dict)  # page -> its DevTools session
+    refused: list[str] = field(default_factory=list)  # pages it was not allowed to open
+
+
+class WebEnv(TextEnv):
+    """Web tasks in Chromium (see the module docstring).
+
+    Args:
+        task_file: WebArena task configs (a JSON list, one config, or a folder of `<id>.json`)
+            to run instead of the embedded shop's tasks; `__SHOPPING__`-style placeholders in
+            them are replaced by `site_urls`.
+        site_urls: base URL per WebArena site name ("shopping", "shopping_admin", "reddit",
+            "gitlab", "wikipedia", "map") for `task_file`.
+        judge_url, judge_model: an OpenAI-compatible `/v1` endpoint and model that decide
+            `fuzzy_match` answers; tasks that need one are left out when it is not set.
+        screenshot: put a PNG of the page (base64) in `info["screenshot"]` after every step.
+        timeout: seconds a page load or an action may take.
+        chromium: the Chromium executable (default: `browser.find_chromium`).
+        own_browser: give this instance a Chromium process of its own instead of a context in
+            the process' shared one (more memory and slower resets, `docs/BENCHMARKS.md`;
+            a crash then takes down only this instance).
+        seed: the embedded shop's data and tasks.
+    """
+
+    env_id = "web"
+    instruction = INSTRUCTION
+    _tenants = itertools.count(1)
+
+    def __init__(self, task_file: str | None = None, site_urls: dict[str, str] | None = None,
+                 judge_url: str | None = None, judge_model: str = "gpt-4o-mini", screenshot: bool = False,
+                 timeout: float = 10.0, chromium: str | None = None, own_browser: bool = False, seed: int = 0):
+        if timeout <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout}")
+        executable = find_chromium(chromium)
+        self._own_runtime = own_browser
+        self._runtime: BrowserRuntime = BrowserRuntime(executable) if own_browser else shared_runtime(executable)
+        self._judge = _OpenAIJudge(judge_url, judge_model) if judge_url else None
+        if task_file is not None:
+            self._tasks = _user_tasks(task_file, self._judge is not None)
+            self._sites: EmbeddedSites | None = None
+            self._site_urls = dict(site_urls or {})
+        else:
+            if site_urls:
+                raise ValueError("site_urls is for WebArena task files (task_file); the embedded sites serve themselves")
+            self._sites = embedded_sites(seed)
+            self._tasks = self._sites.tasks
+            self._site_urls = dict(self._sites.urls)
+        self.screenshot = screenshot
+        self.timeout = timeout
+        self._tenant = f"env{next(self._tenants)}"
+        self._browsing = _Browsing()
+        self._task: dict | None = None
+        self._done = True
+        self._turn = 0
+        self._previous_action = "None"
+
+    # -- the TextEnv API --------------------------------------------------------------
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        if item_id is None:
+            import random
+
+            item_id = random.Random(seed).randrange(len(self._tasks))
+        index = parse_item_index(item_id, self.env_id)
+        if index >= len(self._tasks):
+            raise ValueError(f"item {item_id!r} is out of range: there are {len(self._tasks)} web tasks")
+        task = self._tasks[index]
+        if self._sites is not None:
+            for site in task["sites"]:
+                self._sites.databases[site].reset(self._tenant)
+        self._task, self._item_id = task, f"web_{index}"
+        self._done, self._turn, self._previous_action = False, 0, "None"
+        self._run(lambda: self._open(self.fill(task["start_url"])), self.timeout * 3)
+        return self._observe(), {"item_id": self._item_id, "category": _category(task)}
+
+    def step(self, action: str) -> StepResult:
+        if self._task is None or self._done:
+            raise EnvStateError("step() called before reset() or after the episode ended")
+        self._turn += 1
+        parsed = parse_action(action)
+        info: dict[str, Any] = {"item_id": self._item_id, "success": False, "invalid_action": False}
+        if isinstance(parsed, ParseError):
+            info["invalid_action"] = True
+            return self._observe(f"Invalid action: {parsed.message}"), 0.0, False, False, info
+        if parsed.kind == "stop":
+            reward = self._run(lambda: self._score(parsed.text), self.timeout * 3)
+            self._done = True
+            info["success"] = reward >= 1.0
+            self._previous_action = str(parsed)
+            return f"The episode ended with {parsed}.", reward, True, False, info
+        problem = self._run(lambda: self._act(parsed), self.timeout * 2)
+        if problem:
+            info["invalid_action"] = True
+            return self._observe(f"Invalid action: {problem}"), 0.0, False, False, info
+        self._previous_action = str(parsed)
+        observation = self._observe()
+        if self.screenshot:
+            info["screenshot"] = base64.b64encode(self._run(self._screenshot, self.timeout)).decode()
+        return observation, 0.0, False, False, info
+
+    def expert_action(self) -> str | None:
+        """The next step of the task's scripted solution, as a reply (the plan is followed from
+        the episode's start, one step per turn)."""
+        if self._task is None or "expert" not in self._task:
+            return None
+        plan = self._task["expert"]
+        if self._turn >= len(plan):
+            return "```stop []```"
+        step = plan[self._turn]
+        if step["do"] == "stop":
+            return f"```stop [{step['answer']}]```"
+        if step["do"] == "goto":
+            return f"```goto [{self.fill(step['url'])}]```"
+        node = self._browsing.page.find(step["role"], step["name"])
+        if node is None:
+            raise EnvStateError(f"expert step {self._turn} of {self._item_id}: no {step['role']} "
+                                f"{step['name']!r} on {self.url}")
+        if step["do"] == "type":
+            return f"```type [{node.element_id}] [{step['text']}] [{step['enter']}]```"
+        return f"```{step['do']} [{node.element_id}]```"
+
+    def close(self) -> None:
+        if self._browsing.context is not None:
+            context, self._browsing.context = self._browsing.context, None
+            try:
+                self._run(context.close, self.timeout)
+            except Exception:  # a crashed browser has no context left to close
+                pass
+        if self._own_runtime:
+            self._runtime.close()
+        if self._sites is not None:
+            for databases in self._sites.databases.values():
+                databases.drop(self._tenant)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def fill(self, url: str) -> str:
+        """`url` with WebArena's site placeholders replaced by this env's site URLs."""
+        for placeholder, site in PLACEHOLDERS.items():
+            if placeholder in url:
+                if site not in self._site_urls:
+                    raise ValueError(f"the task needs site {site!r}; give its base URL in site_urls")
+                url = url.replace(placeholder, self._site_urls[site].rstrip("/"))
+        return url
+
+    @property
+    def url(self) -> str:
+        return self._pages()[self._browsing.active].url if self._browsing.context else ""
+
+    def _allowed_hosts(self) -> set[str]:
+        hosts = {urlparse(self._site_urls[site]).netloc for site in self._task["sites"] if site in self._site_urls}
+        hosts.add(urlparse(self.fill(self._task["start_url"])).netloc)
+        return hosts
+
+    def _run(self, make_coroutine, timeout: float):
+        return self._runtime.run(make_coroutine, timeout)
+
+    def _pages(self) -> list:
+        return self._browsing.context.pages
+
+    def _observe(self, feedback: str = "") -> str:
+        page_text, tabs, url = self._run(self._read_page, self.timeout)
+        lines = [feedback] if feedback else []
+        lines += [f"Objective: {self._task['intent']}", f"URL: {url}", f"Open tabs: {tabs}",
+                  page_text, f"Previous action: {self._previous_action}"]
+        return "\n".join(lines)
+
+    # -- coroutines run on the browser's loop ---------------------------------------------
+
+    async def _open(self, start_url: str) -> None:
+        """A fresh browser context (no cookies, history or tabs of an earlier episode) on `start_url`."""
+        if self._browsing.context is not None:
+            try:
+                await self._browsing.context.close()
+            except Exception:  # the browser crashed since: nothing to close
+                pass
+        browser = await self._runtime.browser()
+        state = self._task.get("storage_state")
+        context = await browser.new_context(
+            viewport=VIEWPORT, extra_http_headers={TENANT_HEADER: self._tenant},
+            storage_state=state if state and Path(state).is_file() else None)
+        context.set_default_timeout(self.timeout * 1000)
+        allowed = self._allowed_hosts()
+
+        async def guard(route) -> None:
+            url = route.request.url
+            if urlparse(url).netloc in allowed or url.startswith(("about:", "data:")):
+                await route.continue_()
+            else:
+                if route.request.is_navigation_request():
+                    self._browsing.refused.append(url)
+                await route.abort("blockedbyclient")
+
+        await context.route("**/*", guard)
+        self._browsing = _Browsing(context=context)
+        page = await context.new_page()
+        await page.goto(start_url, wait_until="load")
+
+    async def _read_page(self) -> tuple[str, str, str]:
+        pages = self._pages()
+        self._browsing.active = min(self._browsing.active, len(pages) - 1)
+        page = pages[self._browsing.active]
+        session = self._browsing.sessions.get(page)
+        if session is None:
+            session = self._browsing.sessions[page] = await self._browsing.context.new_cdp_session(page)
+        tree = await session.send("Accessibility.getFullAXTree")
+        self._browsing.page = render_axtree(tree["nodes"])
+        titles = []
+        for number, other in enumerate(pages):
+            current = " (current)" if number == self._browsing.active else ""
+            titles.append(f"[{number}] {await other.title() or other.url}{current}")
+        return self._browsing.page.text, " | ".join(titles), page.url
+
+    async def _screenshot(self) -> bytes:
+        return await self._pages()[self._browsing.active].screenshot()
+
+    async def _center(self, page, session, element: int) -> tuple[float, float] | str:
+        node = self._browsing.page.nodes.get(element)
+        if node is None:
+            return f"there is no element [{element}] on this page"
+        if node.backend_node_id is None:
+            return f"element [{element}] ({node.role}) cannot be targeted"
+        try:
+            await session.send("DOM.scrollIntoViewIfNeeded", {"backendNodeId": node.backend_node_id})
+            quads = (await session.send("DOM.getContentQuads", {"backendNodeId": node.backend_node_id}))["quads"]
+        except Exception:
+            return f"element [{element}] ({node.role} {node.name!r}) is not visible"
+        if not quads:
+            return f"element [{element}] ({node.role} {node.name!r}) is not visible"
+        xs, ys = quads[0][0::2], quads[0][1::2]
+        return sum(xs) / 4, sum(ys) / 4
+
+    async def _settled(self, page, action) -> None:
+        """Run `action()` and, if it starts a navigation of the page, wait for the new page to load."""
+        started, loaded = asyncio.Event(), asyncio.Event()
+
+        def on_request(request) -> None:
+            if request.is_navigation_request() and request.frame == page.main_frame:
+                started.set()
+
+        def on_failed(request) -> None:
+            if request.is_navigation_request():
+                loaded.set()
+
+        def on_load(*_) -> None:
+            loaded.set()
+
+        page.on("request", on_request)
+        page.on("requestfailed", on_failed)
+        page.on("load", on_load)
+        try:
+            await action()
+            try:
+                await asyncio.wait_for(started.wait(), NAVIGATION_GRACE)
+            except TimeoutError:
+                return
+            await asyncio.wait_for(loaded.wait(), self.timeout)
+        finally:
+            page.remove_listener("request", on_request)
+            page.remove_listener("requestfailed", on_failed)
+            page.remove_listener("load", on_load)
+
+    async def _act(self, action: Action) -> str:
+        """Carry out `action` on the active tab; a non-empty result says why it could not be."""
+        self._browsing.refused.clear()
+        problem = await self._carry_out(action)
+        if self._browsing.refused and not problem:
+            page = self._pages()[self._browsing.active]
+            for _ in range(40):  # Chromium shows its error page for the refused one: leave it
+                if page.url.startswith("chrome-error:"):
+                    await page.go_back()
+                    break
+                await asyncio.sleep(0.05)
+            problem = f"{self._browsing.refused[0]} is outside this task's websites"
+        return problem
+
+    async def _carry_out(self, action: Action) -> str:
+        context = self._browsing.context
+        page = self._pages()[self._browsing.active]
+        session = self._browsing.sessions[page]
+        if action.kind in ("click", "hover", "type"):
+            center = await self._center(page, session, action.element)
+            if isinstance(center, str):
+                return center
+            x, y = center
+            if action.kind == "hover":
+                await page.mouse.move(x, y)
+            elif action.kind == "click":
+                await self._settled(page, lambda: page.mouse.click(x, y))
+            else:
+                await page.mouse.click(x, y)
+                await page.keyboard.press("Control+A")
+                await page.keyboard.press("Delete")
+                await page.keyboard.type(action.text)
+                if action.press_enter:
+                    await self._settled(page, lambda: page.keyboard.press("Enter"))
+        elif action.kind == "press":
+            try:
+                await self._settled(page, lambda: page.keyboard.press(action.text))
+            except Exception:
+                return f"unknown key {action.text!r} (examples: Enter, Tab, ArrowDown, Control+a)"
+        elif action.kind == "scroll":
+            await page.mouse.wheel(0, (1 if action.direction == "down" else -1) * VIEWPORT["height"] * 0.8)
+        elif action.kind == "goto":
+            if urlparse(action.text).netloc not in self._allowed_hosts():
+                return f"{action.text} is outside this task's websites"
+            try:
+                await page.goto(action.text, wait_until="load")
+            except Exception as error:
+                return f"could not open {action.text}: {str(error).splitlines()[0]}"
+        elif action.kind in ("go_back", "go_forward"):
+            await (page.go_back() if action.kind == "go_back" else page.go_forward())
+        elif action.kind == "new_tab":
+            await context.new_page()
+            self._browsing.active = len(self._pages()) - 1
+        elif action.kind == "tab_focus":
+            if not 0 <= action.tab < len(self._pages()):
+                return f"there is no tab {action.tab}; tabs are 0 to {len(self._pages()) - 1}"
+            self._browsing.active = action.tab
+            await self._pages()[action.tab].bring_to_front()
+        elif action.kind == "close_tab":
+            if len(self._pages()) == 1:
+                return "the last tab cannot be closed"
+            await page.close()
+            self._browsing.sessions.pop(page, None)
+            self._browsing.active = len(self._pages()) - 1
+        return ""
+
+    async def _score(self, answer: str) -> float:
+        texts: dict[tuple[str, str], str] = {}
+        for target in self._task["eval"].get("program_html", []):
+            texts[(target["url"], target.get("locator", ""))] = await self._page_text(target["url"], target.get("locator", ""))
+        task = self._task
+        if "reference_url" in task["eval"]:
+            references = task["eval"]["reference_url"].split(ALTERNATIVES)
+            task = {**task, "eval": {**task["eval"], "reference_url": ALTERNATIVES.join(map(self.fill, references))}}
+        url = self._pages()[self._browsing.active].url
+        return await asyncio.to_thread(
+            evaluate, task, answer, url, lambda u, loc: texts[(u, loc)], self._site_rows, self._judge)
+
+    async def _page_text(self, url: str, locator: str) -> str:
+        """The text `locator` (a JavaScript expression, or "" for the whole page) selects on
+        `url` ("last": the page the episode ended on)."""
+        if locator.startswith("func:") or url.startswith("func:"):
+            raise ValueError(f"WebArena's helper functions ({url or locator}) are not supported")
+        page = self._pages()[self._browsing.active]
+        opened = None
+        if url != "last":
+            opened = page = await self._browsing.context.new_page()
+            await page.goto(self.fill(url), wait_until="load")
+        try:
+            expression = locator or "document.body.innerText"
+            value = await page.evaluate(f"() => {{ try {{ return String({expression}); }} catch (e) {{ return ''; }} }}")
+            return value or ""
+        finally:
+            if opened is not None:
+                await opened.close()
+
+    def _site_rows(self, site: str, sql: str) -> list[tuple]:
+        if self._sites is None or site not in self._sites.databases:
+            raise ValueError(f"site_state checks need an embedded site; {site!r} is not one")
+        return self._sites.databases[site].query(self._tenant, sql)
+
+
+class _OpenAIJudge:
+    """`fuzzy_match` by asking an OpenAI-compatible chat model whether two answers agree."""
+
+    def __init__(self, url: str, model: str):
+        import os
+
+        import httpx
+
+        headers = {"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"} if os.environ.get("OPENAI_API_KEY") else {}
+        self._client = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=60)
+        self.model = model
+
+    def __call__(self, question: str, answer: str, reference: str) -> bool:
+        prompt = (f"Question: {question}\nReference answer: {reference}\nGiven answer: {answer}\n"
+                  "Does the given answer mean the same as the reference answer? Reply with yes or no only.")
+        response = self._client.post("/chat/completions", json={
+            "model": self.model, "temperature": 0, "messages": [{"role": "user", "content": prompt}]})
+        response.raise_for_status()
+        return response.json()["choices"][0]["message"]["content"].strip().lower().startswith("yes")
