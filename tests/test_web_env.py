@@ -5,7 +5,9 @@ relaunched, and WebArena task configs run against a site named by its base URL."
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -13,12 +15,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.checker import check_env
 from agentgym_rl.envs.web.browser import find_chromium
 from agentgym_rl.envs.web.env import WebEnv, embedded_sites
+from agentgym_rl.envs.web.site_server import SiteServer
 
 try:
     find_chromium()
@@ -150,7 +156,7 @@ def _chromium_pids() -> list[int]:
     return [pid for pid in descendants if "chrom" in Path(f"/proc/{pid}/comm").read_text(errors="replace")]
 
 
-def test_webarena_task_configs_run_against_a_site_base_url(tmp_path):
+def test_webarena_task_configs_run_against_a_site_base_url(tmp_path, caplog):
     shop_url = embedded_sites().urls["shopping"]  # stands in for a user-hosted WebArena site
     configs = [
         {"task_id": 0, "sites": ["shopping"], "start_url": "__SHOPPING__/orders", "intent": "Total of order 3?",
@@ -162,7 +168,9 @@ def test_webarena_task_configs_run_against_a_site_base_url(tmp_path):
          "eval": {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["hello"]}}},
     ]
     (tmp_path / "tasks.json").write_text(json.dumps(configs))
-    assert len(registry.tasks("web", "test", {"task_file": str(tmp_path / "tasks.json")})) == 1  # no judge: skipped
+    with caplog.at_level(logging.WARNING):  # no judge: the fuzzy_match task is left out, and the user told
+        assert len(registry.tasks("web", "test", {"task_file": str(tmp_path / "tasks.json")})) == 1
+    assert "1 of the 2 tasks" in caplog.text and "judge_url" in caplog.text
     with WebEnv(task_file=str(tmp_path / "tasks.json"), site_urls={"shopping": shop_url}) as env:
         observation, _ = env.reset(0)
         assert f"URL: {shop_url}/orders" in observation
@@ -175,6 +183,37 @@ def test_webarena_task_configs_run_against_a_site_base_url(tmp_path):
         WebEnv(task_file=str(tmp_path / "tasks.json")).reset(0)
 
 
+def test_fuzzy_match_asks_an_openai_compatible_judge(tmp_path):
+    asked = []
+
+    async def chat(request):
+        body = await request.json()
+        asked.append(body["messages"][0]["content"])
+        verdict = "Yes." if "Given answer: hi there" in asked[-1] else "No"
+        return JSONResponse({"choices": [{"message": {"role": "assistant", "content": verdict}}]})
+
+    judge = SiteServer(Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])]), "judge")
+    config = {"sites": ["shopping"], "start_url": "__SHOPPING__", "intent": "Greet me",
+              "eval": {"eval_types": ["string_match"], "reference_answers": {"fuzzy_match": ["hello"]}}}
+    (tmp_path / "0.json").write_text(json.dumps(config))  # a folder of WebArena's per-task files
+    try:
+        with WebEnv(task_file=str(tmp_path), site_urls=embedded_sites().urls, judge_url=f"{judge.url}/v1") as env:
+            env.reset(0)
+            assert env.step("```stop [hi there]```")[1] == 1.0
+            env.reset(0)
+            assert env.step("```stop [goodbye]```")[1] == 0.0
+    finally:
+        judge.close()
+    assert "Reference answer: hello" in asked[0] and len(asked) == 2
+
+
+def test_screenshots_come_in_info_when_asked():
+    with WebEnv(screenshot=True) as env:
+        env.reset(0)
+        info = env.step("```scroll [down]```")[4]
+    assert base64.b64decode(info["screenshot"]).startswith(b"\x89PNG")
+
+
 @pytest.mark.slow
 def test_the_expert_solves_every_test_task_through_the_cli(tmp_path):
     out = tmp_path / "expert.json"
@@ -183,4 +222,5 @@ def test_the_expert_solves_every_test_task_through_the_cli(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())
     assert summary["episodes"] >= 50 and summary["success"] == 1.0
-    assert set(summary["by_category"]) == {"shopping/info", "shopping/navigation", "shopping/state"}
+    assert set(summary["by_category"]) == {f"{site}/{kind}" for site in ("shopping", "reddit")
+                                           for kind in ("info", "navigation", "state")}

@@ -12,7 +12,10 @@ from agentgym_rl.envs.web.axtree import render_axtree
 from agentgym_rl.envs.web.evaluators import clean_answer, contents_match, evaluate, string_match, url_match
 from agentgym_rl.envs.web.shop_data import build_shop, money
 from agentgym_rl.envs.web.shop_site import shop_app
-from agentgym_rl.envs.web.shop_tasks import TEMPLATES, TEST_PER_TEMPLATE, shop_tasks
+from agentgym_rl.envs.web import forum_tasks, shop_tasks
+from agentgym_rl.envs.web.forum_data import ME, build_forum
+from agentgym_rl.envs.web.forum_site import forum_app
+from agentgym_rl.envs.web.task_plans import TEST_PER_TEMPLATE
 from agentgym_rl.envs.web.site_server import TENANT_HEADER, TenantDatabases
 
 
@@ -157,13 +160,45 @@ def test_shop_pages_answer_and_bad_input_is_a_page_not_an_error(shop):
     assert "must be a positive number" in page.text
 
 
-def test_shop_tasks_split_and_kinds():
-    test, train = shop_tasks(build_shop(0))
-    assert len(test) == TEST_PER_TEMPLATE * len(TEMPLATES) >= 50 and len(train) >= 100
-    assert {task["category"] for task in test} == {"shopping/info", "shopping/navigation", "shopping/state"}
-    intents = [task["intent"] for task in test + train]
+@pytest.fixture(scope="module")
+def forum():
+    databases = TenantDatabases(lambda: build_forum(0))
+    return databases, TestClient(forum_app(databases))
+
+
+def test_forum_votes_toggle_and_posts_are_checked(forum):
+    databases, client = forum
+    score = databases.query("v", "SELECT score FROM posts WHERE id = 5")[0][0]
+    vote = {"post_id": "5", "direction": "1"}
+    client.post("/vote", data=vote, headers={TENANT_HEADER: "v"})
+    assert databases.query("v", "SELECT score FROM posts WHERE id = 5")[0][0] == score + 1
+    client.post("/vote", data={**vote, "direction": "-1"}, headers={TENANT_HEADER: "v"})  # up -> down: -2
+    assert databases.query("v", "SELECT score FROM posts WHERE id = 5")[0][0] == score - 1
+    client.post("/vote", data={**vote, "direction": "-1"}, headers={TENANT_HEADER: "v"})  # again: taken back
+    assert databases.query("v", "SELECT score, (SELECT COUNT(*) FROM votes) FROM posts WHERE id = 5")[0] == (score, 0)
+    board, title = databases.query("v", "SELECT board, title FROM posts WHERE id = 1")[0]
+    page = client.post(f"/f/{board}/submit", data={"title": title, "body": "x"}, headers={TENANT_HEADER: "v"})
+    assert "exists already" in page.text
+    client.post(f"/f/{board}/submit", data={"title": "New one", "body": "Hi"}, headers={TENANT_HEADER: "v"})
+    client.post(f"/f/{board}/1/comment", data={"body": "Nice"}, headers={TENANT_HEADER: "v"})
+    assert databases.query("v", f"SELECT title FROM posts WHERE author = '{ME}'") == [("New one",)]
+    assert databases.query("v", f"SELECT post_id, body FROM comments WHERE author = '{ME}'") == [(1, "Nice")]
+    assert client.get("/f/nowhere").status_code == 404 and client.get(f"/f/{board}/99999").status_code == 404
+    databases.reset("v")
+    assert list(databases.database("v").iterdump()) == list(databases.pristine.iterdump())
+
+
+def test_embedded_tasks_split_and_kinds():
+    shop_test, shop_train = shop_tasks.shop_tasks(build_shop(0))
+    forum_test, forum_train = forum_tasks.forum_tasks(build_forum(0))
+    assert len(shop_test) == TEST_PER_TEMPLATE * len(shop_tasks.TEMPLATES)
+    assert len(shop_test + forum_test) >= 50 and len(shop_train + forum_train) >= 100
+    kinds = {"info", "navigation", "state"}
+    assert {task["category"] for task in shop_test + forum_test} == {f"{site}/{kind}" for site in ("shopping", "reddit")
+                                                                     for kind in kinds}
+    intents = [task["intent"] for task in shop_test + shop_train + forum_test + forum_train]
     assert len(set(intents)) == len(intents)
-    for task in test + train:  # WebArena's keys, plus our category and expert plan
-        assert {"task_id", "sites", "start_url", "intent", "intent_template", "instantiation_dict", "require_reset",
+    for task in shop_test + forum_train:  # WebArena's keys, plus our category and expert plan
+        assert {"sites", "start_url", "intent", "intent_template", "instantiation_dict", "require_reset",
                 "eval", "category", "expert"} <= set(task)
         assert task["expert"][-1]["do"] == "stop"

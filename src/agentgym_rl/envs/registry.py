@@ -248,7 +248,7 @@ register(
         env_id="web",
         entry_point="agentgym_rl.envs.web.env:WebEnv",
         tasks_entry_point="agentgym_rl.envs.web.env:web_tasks",
-        max_turns=15,  # the longest embedded tasks take 7 actions; WebArena allows 30
+        max_turns=15,  # the longest embedded tasks take 6 actions; WebArena allows 30
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # a browser context (a renderer process) each
     )

@@ -7,8 +7,9 @@ triple backticks. A malformed or impossible action is explained in the next obse
 flagged `invalid_action`; it never raises. `stop [answer]` ends the episode, which the task's
 evaluators score (`evaluators.py`): reward 1 when all pass.
 
-By default the tasks are the embedded shop's (`shop_tasks.py`), on a site this process serves
-on loopback, with a database of its own per env instance restored before every episode. With
+By default the tasks are those of the embedded shop and forum (`shop_tasks.py`,
+`forum_tasks.py`), on sites this process serves on loopback, with databases of their own per
+env instance restored before every episode. With
 `task_file` they are WebArena task configs run against sites the user hosts (`site_urls`).
 Each env instance has its own browser context in the process' one Chromium (`browser.py`) and
 may only reach its task's sites.
@@ -20,6 +21,7 @@ import asyncio
 import base64
 import itertools
 import json
+import logging
 import threading
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,6 +35,9 @@ from .actions import GRAMMAR, Action, ParseError, parse_action
 from .axtree import AXPage, render_axtree
 from .browser import BrowserRuntime, find_chromium, shared_runtime
 from .evaluators import ALTERNATIVES, evaluate, needs_judge
+from .forum_data import build_forum
+from .forum_site import forum_app
+from .forum_tasks import forum_tasks
 from .shop_data import build_shop
 from .shop_site import shop_app
 from .shop_tasks import shop_tasks
@@ -53,15 +58,20 @@ NAVIGATION_GRACE = 0.3
 
 
 class EmbeddedSites:
-    """The websites this process serves (one server per site, a database per tenant) and
-    their tasks."""
+    """The websites this process serves (the shop and the forum, one server each, a database
+    per tenant) and their tasks: the test tasks of both, then the train tasks."""
 
     def __init__(self, seed: int):
-        self.databases = {"shopping": TenantDatabases(lambda: build_shop(seed))}
-        self.servers = {"shopping": SiteServer(shop_app(self.databases["shopping"]), "shopping")}
+        sites = {"shopping": (build_shop, shop_app, shop_tasks), "reddit": (build_forum, forum_app, forum_tasks)}
+        self.databases = {name: TenantDatabases(lambda build=build: build(seed)) for name, (build, _, _) in sites.items()}
+        self.servers = {name: SiteServer(app(self.databases[name]), name) for name, (_, app, _) in sites.items()}
         self.urls = {name: server.url for name, server in self.servers.items()}
-        test, train = shop_tasks(self.databases["shopping"].pristine, seed)
+        splits = [make_tasks(self.databases[name].pristine, seed) for name, (_, _, make_tasks) in sites.items()]
+        test = [task for site_test, _ in splits for task in site_test]
+        train = [task for _, site_train in splits for task in site_train]
         self.tasks = test + train
+        for task_id, task in enumerate(self.tasks):
+            task["task_id"] = task_id
         self.num_test = len(test)
 
 
@@ -99,11 +109,21 @@ def _task_file(path: str) -> tuple[dict, ...]:
 
 
 def _user_tasks(task_file: str, judged: bool) -> list[dict]:
-    return [task for task in _task_file(task_file) if judged or not needs_judge(task)]
+    tasks = [task for task in _task_file(task_file) if judged or not needs_judge(task)]
+    left_out = len(_task_file(task_file)) - len(tasks)
+    if left_out:
+        _warn_once(f"web: {left_out} of the {left_out + len(tasks)} tasks of {task_file} need a judge model for "
+                   "fuzzy_match and are left out; set judge_url (an OpenAI-compatible /v1 endpoint) to run them")
+    return tasks
+
+
+@cache
+def _warn_once(message: str) -> None:
+    logging.getLogger(__name__).warning(message)
 
 
 def web_tasks(split: str, task_file: str | None = None, judge_url: str | None = None, seed: int = 0) -> list[Task]:
-    """The embedded shop's test or train tasks; with `task_file`, its tasks in both splits
+    """The embedded sites' test or train tasks; with `task_file`, its tasks in both splits
     (WebArena has no train split), without those that need a judge when none is set."""
     if task_file is not None:
         return [Task("web", index, _category(task)) for index, task in enumerate(_user_tasks(task_file, bool(judge_url)))]
@@ -135,7 +155,7 @@ class WebEnv(TextEnv):
 
     Args:
         task_file: WebArena task configs (a JSON list, one config, or a folder of `<id>.json`)
-            to run instead of the embedded shop's tasks; `__SHOPPING__`-style placeholders in
+            to run instead of the embedded sites' tasks; `__SHOPPING__`-style placeholders in
             them are replaced by `site_urls`.
         site_urls: base URL per WebArena site name ("shopping", "shopping_admin", "reddit",
             "gitlab", "wikipedia", "map") for `task_file`.
@@ -147,7 +167,7 @@ class WebEnv(TextEnv):
         own_browser: give this instance a Chromium process of its own instead of a context in
             the process' shared one (more memory and slower resets, `docs/BENCHMARKS.md`;
             a crash then takes down only this instance).
-        seed: the embedded shop's data and tasks.
+        seed: the embedded sites' data and tasks.
     """
 
     env_id = "web"

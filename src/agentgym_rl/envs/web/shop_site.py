@@ -9,7 +9,7 @@ there is no `<select>` (a headless browser cannot pick from its native pop-up by
 from __future__ import annotations
 
 from html import escape
-from urllib.parse import parse_qs, quote_plus
+from urllib.parse import quote_plus
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -17,7 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .shop_data import money
-from .site_server import TENANT_HEADER, TenantDatabases
+from .site_server import TENANT_HEADER, TenantDatabases, form_fields, to_int
 
 SORTS = {"name": "name", "price": "price_cents, name", "rating": "rating DESC, name"}
 PAGE_SIZE = 20
@@ -42,18 +42,6 @@ def _product_list(rows: list[tuple]) -> str:
         return "<p>No products found.</p>"
     items = "".join(f'<li><a href="/product/{pid}">{escape(name)}</a> {money(price)}</li>' for pid, name, price, *_ in rows)
     return f"<ul>{items}</ul>"
-
-
-async def _form(request: Request) -> dict[str, str]:
-    fields = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
-    return {key: values[-1].strip() for key, values in fields.items()}
-
-
-def _int(text: str | None, default: int) -> int:
-    try:
-        return int(text) if text is not None else default
-    except ValueError:
-        return default
 
 
 def shop_app(databases: TenantDatabases) -> Starlette:
@@ -145,8 +133,8 @@ def shop_app(databases: TenantDatabases) -> Starlette:
         return render(request, "Shopping cart", body)
 
     async def cart_add(request: Request) -> Response:
-        form = await _form(request)
-        product_id, quantity = _int(form.get("product_id"), 0), _int(form.get("quantity"), 1)
+        form = await form_fields(request)
+        product_id, quantity = to_int(form.get("product_id"), 0), to_int(form.get("quantity"), 1)
         if not run(request, "SELECT 1 FROM products WHERE id = ?", (product_id,)) or quantity < 1:
             return not_found(request, "That product or quantity")
         write(request, [("INSERT INTO cart_items VALUES (?, ?) ON CONFLICT(product_id) DO UPDATE SET "
@@ -154,8 +142,8 @@ def shop_app(databases: TenantDatabases) -> Starlette:
         return RedirectResponse("/cart", status_code=303)
 
     async def cart_remove(request: Request) -> Response:
-        form = await _form(request)
-        write(request, [("DELETE FROM cart_items WHERE product_id = ?", (_int(form.get("product_id"), 0),))])
+        form = await form_fields(request)
+        write(request, [("DELETE FROM cart_items WHERE product_id = ?", (to_int(form.get("product_id"), 0),))])
         return RedirectResponse("/cart", status_code=303)
 
     async def checkout(request: Request) -> Response:
@@ -205,7 +193,7 @@ def shop_app(databases: TenantDatabases) -> Starlette:
 
     async def account(request: Request) -> Response:
         if request.method == "POST":
-            form = await _form(request)
+            form = await form_fields(request)
             fields = {key: form.get(key, "") for key in ("street", "city", "zip")}
             if all(fields.values()):
                 write(request, [("UPDATE customer SET street = ?, city = ?, zip = ?", tuple(fields.values()))])
@@ -237,7 +225,7 @@ def shop_app(databases: TenantDatabases) -> Starlette:
     async def admin_product(request: Request) -> Response:
         product_id = request.path_params["product_id"]
         if request.method == "POST":
-            form = await _form(request)
+            form = await form_fields(request)
             try:
                 cents = round(float(form.get("price", "").lstrip("$")) * 100)
                 stock = int(form.get("stock", ""))

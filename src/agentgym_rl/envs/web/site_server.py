@@ -15,8 +15,10 @@ import socket
 import sqlite3
 import threading
 from typing import Callable
+from urllib.parse import parse_qs
 
 import uvicorn
+from starlette.requests import Request
 
 TENANT_HEADER = "x-agentgym-tenant"
 
@@ -94,3 +96,17 @@ class SiteServer:
     def close(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=5)
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """The fields of a posted HTML form (the last value of each, stripped)."""
+    fields = parse_qs((await request.body()).decode("utf-8", "replace"), keep_blank_values=True)
+    return {key: values[-1].strip() for key, values in fields.items()}
+
+
+def to_int(text: str | None, default: int) -> int:
+    """`text` as an int, or `default` when it is missing or not a number."""
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
