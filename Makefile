@@ -39,6 +39,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py
+	$(BIN)/python bench/web_env.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

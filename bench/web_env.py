@@ -13,8 +13,11 @@ loop, then `--threads` envs stepped from as many threads, as a rollout does.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,16 +53,18 @@ def chromium_pss_mib() -> float:
 
 
 def memory(instances: int, own_browser: bool) -> tuple[float, float]:
-    """(PSS with one instance, PSS with `instances`), in MiB."""
+    """(PSS with one instance, PSS with `instances`), in MiB, above what Chromium held before
+    (a shared browser left idle by an earlier measurement)."""
+    before = chromium_pss_mib()
     envs = [registry.make("web", own_browser=own_browser) for _ in range(instances)]
     try:
         envs[0].reset(0)
         time.sleep(1)
-        one = chromium_pss_mib()
+        one = chromium_pss_mib() - before
         for env in envs[1:]:
             env.reset(0)
         time.sleep(1)
-        return one, chromium_pss_mib()
+        return one, chromium_pss_mib() - before
     finally:
         for env in envs:
             env.close()
@@ -84,42 +89,56 @@ def play(env, items: list[int]) -> tuple[int, int, float, float]:
     return len(items), steps, reset_time, step_time
 
 
+def measure(own: bool, instances: int, episodes: int, threads: int) -> dict[str, str]:
+    """The table's column for one way of giving env instances a browser."""
+    items = [task.index for task in registry.tasks("web", "test")][:episodes]
+    column = {}
+    one, many = memory(instances, own)
+    column["Chromium memory (PSS), 1 instance"] = f"{one:.0f} MiB"
+    column[f"Chromium memory (PSS), {instances} instances"] = f"{many:.0f} MiB"
+    column["memory per extra instance"] = f"{(many - one) / (instances - 1):.0f} MiB"
+    with registry.make("web", own_browser=own) as env:
+        play(env, items[:2])  # launch and warm up
+        resets, steps, reset_time, step_time = play(env, items)
+    column["resets/s, one env"] = f"{resets / reset_time:.1f}"
+    column["steps/s, one env (expert actions)"] = f"{steps / step_time:.1f}"
+    column["episodes/s, one env"] = f"{resets / (reset_time + step_time):.2f}"
+    envs = [registry.make("web", own_browser=own) for _ in range(threads)]
+    try:
+        shares = [items[i::threads] for i in range(threads)]
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda pair: play(*pair), [(env, items[:1]) for env in envs]))  # warm up
+            began = time.perf_counter()
+            results = list(pool.map(lambda pair: play(*pair), zip(envs, shares)))
+            wall = time.perf_counter() - began
+    finally:
+        for env in envs:
+            env.close()
+    column[f"episodes/s, {threads} envs on {threads} threads"] = f"{sum(r[0] for r in results) / wall:.2f}"
+    column[f"steps/s (resets included), {threads} envs"] = f"{sum(r[1] for r in results) / wall:.1f}"
+    return column
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instances", type=int, default=8)
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--mode", choices=["shared", "own"], help="measure one mode and print it as JSON")
     args = parser.parse_args()
-    items = [task.index for task in registry.tasks("web", "test")][: args.episodes]
+    if args.mode:
+        print(json.dumps(measure(args.mode == "own", args.instances, args.episodes, args.threads)))
+        return
+    columns = []
+    for mode in ("shared", "own"):  # each in a fresh process: no browser of the other mode shares its pages
+        result = subprocess.run([sys.executable, __file__, "--mode", mode, "--instances", str(args.instances),
+                                 "--episodes", str(args.episodes), "--threads", str(args.threads)],
+                                capture_output=True, text=True, check=True)
+        columns.append(json.loads(result.stdout.strip().splitlines()[-1]))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     print("| what | shared browser, a context per instance | a browser per instance |\n|---|---|---|")
-    rows: dict[str, list[str]] = {}
-    for own in (False, True):
-        one, many = memory(args.instances, own)
-        rows.setdefault("Chromium memory (PSS), 1 instance", []).append(f"{one:.0f} MiB")
-        rows.setdefault(f"Chromium memory (PSS), {args.instances} instances", []).append(f"{many:.0f} MiB")
-        rows.setdefault("memory per extra instance", []).append(f"{(many - one) / (args.instances - 1):.0f} MiB")
-        with registry.make("web", own_browser=own) as env:
-            play(env, items[:2])  # launch and warm up
-            resets, steps, reset_time, step_time = play(env, items)
-        rows.setdefault("resets/s, one env", []).append(f"{resets / reset_time:.1f}")
-        rows.setdefault("steps/s, one env (expert actions)", []).append(f"{steps / step_time:.1f}")
-        envs = [registry.make("web", own_browser=own) for _ in range(args.threads)]
-        try:
-            shares = [items[i:: args.threads] for i in range(args.threads)]
-            with ThreadPoolExecutor(args.threads) as pool:
-                list(pool.map(lambda pair: play(*pair), [(env, items[:1]) for env in envs]))  # warm up
-                began = time.perf_counter()
-                results = list(pool.map(lambda pair: play(*pair), zip(envs, shares)))
-                wall = time.perf_counter() - began
-        finally:
-            for env in envs:
-                env.close()
-        episodes = sum(r[0] for r in results)
-        rows.setdefault(f"episodes/s, {args.threads} envs on {args.threads} threads", []).append(f"{episodes / wall:.2f}")
-        rows.setdefault(f"steps/s (resets included), {args.threads} envs", []).append(f"{sum(r[1] for r in results) / wall:.1f}")
-    for what, values in rows.items():
-        print(f"| {what} | {' | '.join(values)} |")
+    for what in columns[0]:
+        print(f"| {what} | {columns[0][what]} | {columns[1][what]} |")
 
 
 if __name__ == "__main__":

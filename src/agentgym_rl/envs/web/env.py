@@ -22,6 +22,7 @@ import base64
 import itertools
 import json
 import logging
+import random
 import threading
 from dataclasses import dataclass, field
 from functools import cache
@@ -118,6 +119,18 @@ def _user_tasks(task_file: str, judged: bool) -> list[dict]:
 
 
 @cache
+def _check_reachable(site: str, url: str) -> None:
+    """Raise ValueError (a one-line user error) when a user-hosted site does not answer HTTP;
+    checked once per process."""
+    import httpx
+
+    try:
+        httpx.get(url, timeout=10, follow_redirects=False)
+    except httpx.HTTPError as error:
+        raise ValueError(f"site {site!r} at {url} does not answer: {error or type(error).__name__}") from None
+
+
+@cache
 def _warn_once(message: str) -> None:
     logging.getLogger(__name__).warning(message)
 
@@ -187,6 +200,8 @@ class WebEnv(TextEnv):
             self._tasks = _user_tasks(task_file, self._judge is not None)
             self._sites: EmbeddedSites | None = None
             self._site_urls = dict(site_urls or {})
+            for site, url in self._site_urls.items():
+                _check_reachable(site, url)
         else:
             if site_urls:
                 raise ValueError("site_urls is for WebArena task files (task_file); the embedded sites serve themselves")
@@ -206,8 +221,6 @@ class WebEnv(TextEnv):
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         if item_id is None:
-            import random
-
             item_id = random.Random(seed).randrange(len(self._tasks))
         index = parse_item_index(item_id, self.env_id)
         if index >= len(self._tasks):
@@ -257,8 +270,6 @@ class WebEnv(TextEnv):
         step = plan[self._turn]
         if step["do"] == "stop":
             return f"```stop [{step['answer']}]```"
-        if step["do"] == "goto":
-            return f"```goto [{self.fill(step['url'])}]```"
         node = self._browsing.page.find(step["role"], step["name"])
         if node is None:
             raise EnvStateError(f"expert step {self._turn} of {self._item_id}: no {step['role']} "
