@@ -1,4 +1,4 @@
-"""TextCraft and SciWorld end to end through the CLI with the tiny model: collect expert
+"""TextCraft, Web and SciWorld end to end through the CLI with the tiny model: collect expert
 episodes, train one RL step from scratch, evaluate the checkpoint.
 
 Each SciWorld episode starts its own JVM (seconds each on a busy 2-core machine), so the
@@ -29,7 +29,7 @@ TINY_RUN = [
 ]
 
 
-@pytest.mark.parametrize("env_id", ["textcraft", pytest.param("sciworld", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("env_id", ["textcraft", "web", pytest.param("sciworld", marks=pytest.mark.slow)])
 def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     demos = tmp_path / "demos.jsonl"
     code, out, err = cli(capsys, monkeypatch, "collect", "--env", env_id, "--policy", "expert",
