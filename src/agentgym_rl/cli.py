@@ -196,6 +196,27 @@ def serve_retriever(
                 log_level="warning", access_log=False)
 
 
+@app.command("serve-model")
+def serve_model(
+    checkpoint: Path = typer.Argument(..., help="A model folder (a run's checkpoints/step_N/model, or any local "
+                                      "Hugging Face chat model)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
+    token: Optional[str] = typer.Option(None, help="Require `Authorization: Bearer TOKEN` on every /v1 call."),
+    dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+) -> None:
+    """Serve a model with OpenAI's API: /v1/completions (token ids in and out, for exact
+    rollouts: eval with rollout.generator_url=http://HOST:PORT/v1) and /v1/chat/completions."""
+    import uvicorn
+
+    from .agent.loading import load_model_and_tokenizer
+    from .server.model_server import create_model_app, model_name
+
+    model, tokenizer = load_model_and_tokenizer(checkpoint, dtype)
+    uvicorn.run(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token), host=host, port=port,
+                log_level="warning", access_log=False)
+
+
 # The trainers' commands: a YAML config and key.sub=value overrides of it.
 CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")

@@ -29,6 +29,15 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
     import torch
     from transformers import AutoModelForCausalLM
 
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(
+        Path(path), local_files_only=True, dtype=getattr(torch, dtype)
+    )
+    return model, tokenizer
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer of a local model folder (with a pad token; see `load_model_and_tokenizer`)."""
     folder = Path(path)
     if not folder.is_dir():
         raise UserError(f"model path {str(path)!r} is not a directory")
@@ -39,10 +48,7 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
         raise UserError(f"the tokenizer in {str(path)!r} has no chat_template")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, local_files_only=True, dtype=getattr(torch, dtype)
-    )
-    return model, tokenizer
+    return tokenizer
 
 
 # Tokenizer classes that take `tokenizer.json` as it is written.

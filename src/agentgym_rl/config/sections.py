@@ -131,6 +131,13 @@ class RolloutConfig:
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""
+    generator_url: str | None = None
+    """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
+    http://127.0.0.1:8000/v1, to sample from instead of loading the model in this process; the
+    policy's model folder still gives the tokenizer and chat template, and ids and logprobs stay
+    exact. For eval and collect: a served model cannot follow the learner's updates."""
+    generator_timeout: PositiveFloat = 120.0
+    """Seconds one request to `generator_url` may take (retried twice on a timeout or a 5xx)."""
     locate_wrong_tokens: bool = False
     """With a model policy, ask the environment for its available actions before each step and,
     when it rejects a reply, record the token where the reply's action first left all of them

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,16 +10,17 @@ from ..envs import registry
 from ..errors import UserError
 from ..config import PlayConfig, RolloutConfig
 from ..rollout.engine import RolloutEngine
-from ..rollout.policy import model_policy
+from ..rollout.policy import ModelPolicy, model_policy
 from ..rollout.trajectory import Trajectory
 from .metrics import summarize
 from .policies import RandomPolicy
 
 
 def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True,
-                device: str = "cpu", dtype: str = "float32") -> Any:
+                device: str = "cpu", dtype: str = "float32", rollout: RolloutConfig | None = None) -> Any:
     """"expert", "random", a model folder path (loaded in `dtype` on `device`, `run.device`'s
-    values), or an already built policy object (`reuse_cache`: see `model_policy`)."""
+    values; or only its tokenizer, sampling from `rollout.generator_url`), or an already built
+    policy object (`reuse_cache`: see `model_policy`)."""
     if not isinstance(policy, str):
         return policy
     if policy == "expert":
@@ -27,10 +29,38 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
         return RandomPolicy(seed)
     if not Path(policy).exists():
         raise UserError(f"policy {policy!r} is neither 'expert', 'random' nor an existing model folder")
+    if rollout is not None and rollout.generator_url:
+        return served_policy(policy, rollout.generator_url, temperature, rollout.generator_timeout)
     from ..agent.loading import load_model_and_tokenizer, resolve_device
 
     model, tokenizer = load_model_and_tokenizer(policy, dtype)
     return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache)
+
+
+def served_policy(model_folder: str, base_url: str, temperature: float, timeout: float) -> ModelPolicy:
+    """The model served at `base_url` (OpenAI's API) as a token policy, encoded with the chat
+    template of `model_folder`'s tokenizer (the served model's own)."""
+    import httpx
+
+    from ..agent.chat import ChatEncoder
+    from ..agent.loading import load_tokenizer
+    from ..agent.openai_generator import OpenAIGenerator
+
+    encoder = ChatEncoder(load_tokenizer(model_folder))
+    try:  # the served model's name, and a check before any work that the server answers
+        response = httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout,
+                             headers=_bearer(os.environ.get("OPENAI_API_KEY")))
+        response.raise_for_status()
+        name = response.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
+        raise UserError(f"rollout.generator_url {base_url}: GET /models failed ({error or type(error).__name__})") from None
+    generator = OpenAIGenerator(base_url, name, [encoder.end_of_turn_id], temperature, timeout,
+                                api_key=os.environ.get("OPENAI_API_KEY"))
+    return ModelPolicy(generator, encoder)
+
+
+def _bearer(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _check_listable(make_env: Any, task: Any, seed: int) -> None:
@@ -72,7 +102,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
-    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype)
+    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype, rollout)
     make_env = registry.env_factory(env_id, env_kwargs, env_urls, env_timeout)
     if isinstance(agent, RandomPolicy):
         _check_listable(make_env, tasks[0], seed)

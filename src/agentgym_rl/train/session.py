@@ -55,6 +55,9 @@ class Trainer:
         if config.eval.episodes:
             registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)
         check_model_path(config.model.path)
+        if config.rollout.generator_url:
+            raise UserError("rollout.generator_url samples from a served model, which cannot follow the "
+                            "learner's updates: use it with eval or collect, not for training")
         self.config, self.log, self.run_dir = config, log, config.run.dir
 
 

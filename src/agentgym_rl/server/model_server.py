@@ -1,0 +1,142 @@
+"""An OpenAI-compatible server over a model folder: `agentgym-rl serve-model`.
+
+    GET  /v1/models            the one model served (its folder's name)
+    POST /v1/completions       prompt: token ids (a list, or a list of lists) or text; with
+                               `return_tokens_as_token_ids` each sampled token comes back as
+                               "token_id:<id>" with its logprob, so a client's rollouts stay
+                               token-exact (`agent.openai_generator.OpenAIGenerator`)
+    POST /v1/chat/completions  messages in the model's chat template; the reply ends at its
+                               end-of-turn token
+    GET  /health
+
+Sampling is the in-process generator's (`HFGenerator`: plain temperature sampling, 0 greedy),
+one batch at a time. With a token set, every /v1 call needs `Authorization: Bearer <token>`.
+A malformed request gets 422 with the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, Field
+
+from ..agent.chat import ChatEncoder
+from ..agent.generator import Generation, HFGenerator
+
+MAX_TOKENS = 4096
+MAX_PROMPTS = 256
+
+
+class CompletionRequest(BaseModel):
+    model: str | None = None
+    prompt: list[list[int]] | list[int] | list[str] | str
+    max_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(default=1.0, ge=0.0)
+    logprobs: int | None = Field(default=None, ge=0)
+    stop_token_ids: list[int] | None = None
+    """Token ids that end a completion (default: the model's end-of-turn and end-of-text)."""
+    return_tokens_as_token_ids: bool = False
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ChatRequest(BaseModel):
+    model: str | None = None
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS)
+    temperature: float = Field(default=1.0, ge=0.0)
+
+
+def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = None) -> FastAPI:
+    """The server's app over a loaded model and tokenizer, served as `name`."""
+    encoder = ChatEncoder(tokenizer)
+    default_stops = sorted({encoder.end_of_turn_id, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+    lock = threading.Lock()  # one batch at a time: the CPU has no room for two
+    app = FastAPI(title="agentgym-rl model server", description=__doc__)
+
+    def authorised(request: Request) -> None:
+        if token and request.headers.get("authorization") != f"Bearer {token}":
+            raise HTTPException(401, "missing or wrong bearer token")
+
+    def check_model(requested: str | None) -> None:
+        if requested not in (None, name):
+            raise HTTPException(404, f"model {requested!r} is not served here; this server serves {name!r}")
+
+    def generate(prompts: list[list[int]], max_tokens: int, temperature: float, stops: list[int]) -> list[Generation]:
+        vocabulary = len(tokenizer)
+        for prompt in prompts:
+            if not prompt or any(not 0 <= token_id < vocabulary for token_id in prompt):
+                raise HTTPException(422, f"a prompt is empty or holds a token id outside 0..{vocabulary - 1}")
+        generator = HFGenerator(model, tokenizer.pad_token_id, stops, temperature, reuse_cache=False)
+        with lock:
+            return generator.generate(prompts, max_tokens)
+
+    def usage(prompts: list[list[int]], generations: list[Generation]) -> dict[str, int]:
+        prompt_tokens = sum(map(len, prompts))
+        completion_tokens = sum(len(g.ids) for g in generations)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok", "model": name}
+
+    @app.get("/v1/models", dependencies=[Depends(authorised)])
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "agentgym-rl"}]}
+
+    @app.post("/v1/completions", dependencies=[Depends(authorised)])
+    async def completions(request: CompletionRequest) -> dict[str, Any]:
+        return await run_in_threadpool(complete, request)  # the event loop stays free for other calls
+
+    @app.post("/v1/chat/completions", dependencies=[Depends(authorised)])
+    async def chat_completions(request: ChatRequest) -> dict[str, Any]:
+        return await run_in_threadpool(chat, request)
+
+    def complete(request: CompletionRequest) -> dict[str, Any]:
+        check_model(request.model)
+        prompt = request.prompt
+        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], str)):
+            prompts = [tokenizer.encode(text, add_special_tokens=False) for text in ([prompt] if isinstance(prompt, str) else prompt)]
+        elif prompt and isinstance(prompt[0], int):
+            prompts = [list(prompt)]
+        else:
+            prompts = [list(ids) for ids in prompt]
+        if not 1 <= len(prompts) <= MAX_PROMPTS:
+            raise HTTPException(422, f"send 1 to {MAX_PROMPTS} prompts, not {len(prompts)}")
+        generations = generate(prompts, request.max_tokens, request.temperature, request.stop_token_ids or default_stops)
+        choices = []
+        for index, generation in enumerate(generations):
+            tokens = ([f"token_id:{token_id}" for token_id in generation.ids] if request.return_tokens_as_token_ids
+                      else [tokenizer.decode([token_id]) for token_id in generation.ids])
+            logprobs = {"tokens": tokens, "token_logprobs": generation.logprobs} if request.logprobs is not None else None
+            choices.append({"index": index, "text": tokenizer.decode(generation.ids), "logprobs": logprobs,
+                            "finish_reason": "stop" if generation.finished else "length"})
+        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": name, "choices": choices, "usage": usage(prompts, generations)}
+
+    def chat(request: ChatRequest) -> dict[str, Any]:
+        check_model(request.model)
+        messages = [message.model_dump() for message in request.messages]
+        prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
+        [generation] = generate([prompt], request.max_tokens, request.temperature, default_stops)
+        message = {"role": "assistant", "content": encoder.decode_reply(generation.ids)}
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": name, "choices": [{"index": 0, "message": message,
+                                            "finish_reason": "stop" if generation.finished else "length"}],
+                "usage": usage([prompt], [generation])}
+
+    return app
+
+
+def model_name(folder: str | Path) -> str:
+    return Path(folder).resolve().name
