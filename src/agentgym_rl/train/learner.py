@@ -89,6 +89,20 @@ def token_logprobs(model: Any, batch: TokenBatch) -> torch.Tensor:
     return token_outputs(model, batch)["logprobs"]
 
 
+def data_parallel_size() -> int:
+    """Ranks of the default process group (`torchrun` with `torch.distributed` initialised), else 1."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
 def is_lora(model: Any) -> bool:
     """Whether `model` is a peft model whose adapter can be switched off (one-copy reference)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
@@ -187,8 +201,12 @@ class Learner:
         """
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = batch.loss_mask.sum() if weight_by == "tokens" else batch.size
-        total = max(float(total), 1.0)
+        world = data_parallel_size()
+        total = float(batch.loss_mask.sum() if weight_by == "tokens" else batch.size)
+        if world > 1:  # shares are of the global batch: every rank's rows together
+            total = _all_reduce_sum(torch.tensor([total], dtype=torch.float64)).item()
+        if total == 0:  # no loss token on any rank
+            return {}
         summed: dict[str, float] = {}
         for _, micro in micro_batches(batch, self.config.micro_batch_size):
             micro = micro.to(self.device)
@@ -200,6 +218,8 @@ class Learner:
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)
+        if world > 1:
+            summed = self._reduce_across_ranks(summed)
         params = [p for p in self.parameters() if p.grad is not None]
         if not params:  # every micro-batch had an empty loss mask
             return summed
@@ -210,6 +230,28 @@ class Learner:
         if not summed["skipped"]:
             self.optimizer.step()
         return summed
+
+    def _reduce_across_ranks(self, summed: dict[str, float]) -> dict[str, float]:
+        """Sum every rank's gradients and weighted metrics (each already a share of the global
+        batch), so that every rank holds the global batch's gradient and takes the same step.
+
+        Data parallelism as DDP does it (an all-reduce of the gradients over the process
+        group), written out because the ranks' micro-batch counts differ and some may have
+        no loss token at all, where DDP's one-sync-per-backward contract would hang."""
+        for param in self.parameters():
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        grads = [param.grad for param in self.parameters()]
+        flat = _all_reduce_sum(torch.cat([grad.reshape(-1).float() for grad in grads]))
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
+        import torch.distributed as dist
+
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, summed)
+        return {key: sum(part.get(key, 0.0) for part in every) for key in sorted({k for part in every for k in part})}
 
     def save(self, folder: str | Path) -> None:
         """Write the model as an ordinary HF folder under `model/` (with LoRA: the adapter
