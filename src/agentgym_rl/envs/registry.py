@@ -85,8 +85,11 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
     """A function building fresh `env_id` environments with `kwargs`, checked by building
     one now so that bad arguments are a `UserError` before any work starts. With `urls`, the
     environments are clients of those servers (`agentgym-rl serve-env`; AgentGym's own for a
-    URL starting `agentgym+`), taken in turn, that wait `timeout` seconds for an answer."""
+    URL starting `agentgym+`), taken in turn, that wait `timeout` seconds for an answer; a
+    single `ray:` address plays them in Ray actors instead (`envs/ray_env.py`)."""
     kwargs = dict(kwargs or {})
+    if any(url.startswith(RAY_SCHEME) for url in urls):
+        return _ray_factory(env_id, kwargs, list(urls), timeout)
     if urls:
         return _remote_factory(env_id, kwargs, list(urls), timeout)
     try:
@@ -103,6 +106,28 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
 
 AGENTGYM_SCHEME = "agentgym+"
 """Prefix of a URL in `env.urls` that names one of AgentGym's own servers (`agentgym+http://...`)."""
+
+
+RAY_SCHEME = "ray:"
+"""Prefix of an `env.urls` entry that plays the environments in Ray actors (`envs/ray_env.py`)."""
+
+
+def _ray_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:
+    if len(urls) != 1:
+        raise UserError(f"env.urls {urls}: a Ray address (ray:local, ray:auto, ray://HOST:PORT) must be the only entry")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise UserError("env.urls names Ray, which is not installed: pip install 'agentgym-rl[ray]'") from None
+    from .ray_env import ray_factory
+
+    env_spec = spec(env_id)
+    instruction = load_entry_point(env_spec.entry_point).instruction
+    try:
+        return ray_factory(env_id, env_spec.entry_point, {**env_spec.kwargs, **kwargs}, urls[0], timeout,
+                           instruction, env_spec.max_parallel)
+    except (TypeError, ValueError, ConnectionError) as error:
+        raise UserError(f"environment {env_id!r} on {urls[0]}: {error}") from None
 
 
 def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:

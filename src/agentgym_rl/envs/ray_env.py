@@ -1,0 +1,161 @@
+"""Environments as Ray actors: `env.urls: ["ray:local"]` plays every episode's environment in
+an actor of a Ray instance, through `RayEnv`, itself a `TextEnv`, so the rollout engine and
+the trainers are unchanged.
+
+Addresses (an `env.urls` entry):
+
+- `ray:local`: a Ray instance started in this process (the default way to try it);
+- `ray:auto`: the cluster this machine joined (`ray start --head` on one node,
+  `ray start --address=HEAD:6379` on the others);
+- `ray://HOST:10001`: a cluster through the Ray client.
+
+`?cpus=0.25` sets the CPU share each actor reserves (0.25 by default: a whole CPU per actor
+would leave a 2-core machine room for two environments and starve Ray's own tasks). The
+rollout keeps at most as many environments alive as the cluster's CPUs hold actors.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+from .base import EnvStateError, StepResult, TextEnv
+
+DEFAULT_CPUS = 0.25
+_INIT_LOCK = threading.Lock()
+
+
+class RayEnvError(RuntimeError):
+    """An actor did not answer in time or died: the episode ends as a recorded failure."""
+
+
+class _EnvHost:
+    """The actor: one environment built in the actor's process from its class's entry point
+    ("module:Class") and constructor arguments."""
+
+    def __init__(self, entry_point: str, kwargs: dict[str, Any]):
+        module, _, name = entry_point.partition(":")
+        self.env = getattr(importlib.import_module(module), name)(**kwargs)
+
+    def call(self, method: str, *args: Any) -> Any:
+        return getattr(self.env, method)(*args)
+
+    def ready(self) -> bool:
+        return True
+
+
+def parse_address(url: str) -> tuple[str | None, float]:
+    """(the address for `ray.init`, CPUs per actor) of a `ray:` URL (see the module docstring).
+
+    Raises:
+        ValueError: not one of the accepted forms, or a CPU share that is not positive.
+    """
+    parts = urlparse(url)
+    query = parse_qs(parts.query)
+    try:
+        cpus = float(query.get("cpus", [DEFAULT_CPUS])[0])
+    except ValueError:
+        cpus = -1.0
+    if cpus <= 0:
+        raise ValueError(f"{url}: cpus must be a positive number, e.g. ?cpus=0.25")
+    if parts.scheme == "ray" and parts.netloc:
+        return f"ray://{parts.netloc}", cpus
+    if parts.scheme == "ray" and parts.path in ("local", "auto"):
+        return (None if parts.path == "local" else "auto"), cpus
+    raise ValueError(f"{url!r} is not a Ray address: use ray:local, ray:auto or ray://HOST:PORT")
+
+
+def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str, timeout: float,
+                instruction: str = "", spec_limit: int = 0) -> Callable[[], TextEnv]:
+    """A function making `RayEnv`s of `env_id` (its class `entry_point` built with `kwargs`) on
+    the Ray instance of `url`; checked by making one now, so that an unreachable cluster or bad
+    arguments fail before any work."""
+    import ray
+
+    address, cpus = parse_address(url)
+    with _INIT_LOCK:
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    host = ray.remote(num_cpus=cpus)(_EnvHost)
+
+    def factory() -> TextEnv:
+        return RayEnv(host.remote(entry_point, kwargs), env_id, timeout, instruction)
+
+    probe = factory()
+    try:  # an actor whose environment could not be built dies at once: say why, before any work
+        probe.wait_ready()
+    finally:
+        probe.close()
+    capacity = max(1, int(ray.cluster_resources().get("CPU", 1) / cpus))
+    factory.max_parallel = min(capacity, spec_limit) if spec_limit else capacity  # type: ignore[attr-defined]
+    return factory
+
+
+class RayEnv(TextEnv):
+    """A `TextEnv` whose environment lives in a Ray actor; every call waits at most `timeout`
+    seconds. Errors the environment raises come back as themselves (an `EnvStateError` stays
+    one); a dead or silent actor is a `RayEnvError`."""
+
+    def __init__(self, actor: Any, env_id: str, timeout: float, instruction: str = ""):
+        self._actor = actor
+        self.env_id = env_id
+        self.instruction = instruction
+        self.timeout = timeout
+        self._closed = False
+
+    def _call(self, method: str, *args: Any) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        if self._closed:
+            raise EnvStateError("the environment was closed")
+        try:
+            return ray.get(self._actor.call.remote(method, *args), timeout=self.timeout)
+        except RayTaskError as error:
+            raise error.as_instanceof_cause() from None
+        except GetTimeoutError:
+            raise RayEnvError(f"{self.env_id} actor: {method} took longer than {self.timeout:g} s") from None
+        except RayActorError as error:
+            raise RayEnvError(f"{self.env_id} actor died: {str(error).splitlines()[0]}") from None
+
+    def wait_ready(self) -> None:
+        """Wait until the actor has built its environment.
+
+        Raises:
+            ValueError: building it failed (bad arguments); the message is the cause's.
+        """
+        import ray
+        from ray.exceptions import RayActorError
+
+        try:
+            ray.get(self._actor.ready.remote(), timeout=self.timeout)
+        except RayActorError as error:
+            cause = getattr(error, "error_msg", "") or str(error)
+            last = [line for line in cause.splitlines() if line.strip()][-1:]
+            raise ValueError(f"the environment could not be built in its actor: {last[0] if last else cause}") from None
+
+    def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
+        return self._call("reset", item_id, seed)
+
+    def step(self, action: str) -> StepResult:
+        return self._call("step", action)
+
+    def available_actions(self) -> list[str] | None:
+        return self._call("available_actions")
+
+    def expert_action(self) -> str | None:
+        return self._call("expert_action")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        import ray
+
+        try:
+            ray.get(self._actor.call.remote("close"), timeout=self.timeout)
+        except Exception:  # a dead actor has nothing left to close
+            pass
+        ray.kill(self._actor)
+        self._closed = True
