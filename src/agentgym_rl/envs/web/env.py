@@ -55,7 +55,8 @@ PLACEHOLDERS = {"__SHOPPING__": "shopping", "__SHOPPING_ADMIN__": "shopping_admi
                 "__GITLAB__": "gitlab", "__WIKIPEDIA__": "wikipedia", "__MAP__": "map"}
 VIEWPORT = {"width": 1280, "height": 900}
 NAVIGATION_GRACE = 0.3
-"""Seconds to wait after a click for a navigation to start before treating the page as settled."""
+"""Seconds to wait after an action for a navigation the renderer did not request while handling
+it (one a script starts later) before treating the page as settled (`WebEnv._settled`)."""
 
 
 class EmbeddedSites:
@@ -160,6 +161,7 @@ class _Browsing:
     active: int = 0
     page: AXPage = field(default_factory=lambda: AXPage(""))
     sessions: dict = field(default_factory=dict)  # page -> its DevTools session
+    main_frames: dict = field(default_factory=dict)  # page -> its main frame's DevTools id
     refused: list[str] = field(default_factory=list)  # pages it was not allowed to open
 
 
@@ -362,6 +364,9 @@ class WebEnv(TextEnv):
         session = self._browsing.sessions.get(page)
         if session is None:
             session = self._browsing.sessions[page] = await self._browsing.context.new_cdp_session(page)
+            await session.send("Page.enable")  # for Page.frameRequestedNavigation (`_settled`)
+            tree = await session.send("Page.getFrameTree")
+            self._browsing.main_frames[page] = tree["frameTree"]["frame"]["id"]
         tree = await session.send("Accessibility.getFullAXTree")
         self._browsing.page = render_axtree(tree["nodes"])
         titles = []
@@ -390,8 +395,18 @@ class WebEnv(TextEnv):
         return sum(xs) / 4, sum(ys) / 4
 
     async def _settled(self, page, action) -> None:
-        """Run `action()` and, if it starts a navigation of the page, wait for the new page to load."""
+        """Run `action()` and, if it starts a navigation of the page, wait for the new page to load.
+
+        The renderer reports a navigation it requests (a link followed, a form submitted) on the
+        page's DevTools session while it handles the input, before the click or key press is
+        acknowledged: so when `action()` returns the request is known, however busy the machine.
+        Navigations that start later (a script's timer) get `NAVIGATION_GRACE` seconds."""
+        session = self._browsing.sessions[page]
         started, loaded = asyncio.Event(), asyncio.Event()
+
+        def on_requested(event: dict) -> None:
+            if event.get("frameId") == self._browsing.main_frames.get(page):
+                started.set()
 
         def on_request(request) -> None:
             if request.is_navigation_request() and request.frame == page.main_frame:
@@ -404,17 +419,20 @@ class WebEnv(TextEnv):
         def on_load(*_) -> None:
             loaded.set()
 
+        session.on("Page.frameRequestedNavigation", on_requested)
         page.on("request", on_request)
         page.on("requestfailed", on_failed)
         page.on("load", on_load)
         try:
             await action()
-            try:
-                await asyncio.wait_for(started.wait(), NAVIGATION_GRACE)
-            except TimeoutError:
-                return
+            if not started.is_set():
+                try:
+                    await asyncio.wait_for(started.wait(), NAVIGATION_GRACE)
+                except TimeoutError:
+                    return
             await asyncio.wait_for(loaded.wait(), self.timeout)
         finally:
+            session.remove_listener("Page.frameRequestedNavigation", on_requested)
             page.remove_listener("request", on_request)
             page.remove_listener("requestfailed", on_failed)
             page.remove_listener("load", on_load)
