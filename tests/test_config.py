@@ -13,7 +13,7 @@ from agentgym_rl.envs import env_ids
 from agentgym_rl.errors import UserError
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS = sorted((REPO / "configs").glob("*.yaml")) + [
+CONFIGS = sorted((REPO / "configs").rglob("*.yaml")) + [
     Path(str(resources.files("agentgym_rl") / "configs" / "quickstart.yaml"))]
 
 

@@ -228,7 +228,8 @@ def train(
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
 ) -> None:
-    """Train with online RL (GRPO + ScalingInter-RL by default)."""
+    """Train with online RL (GRPO + ScalingInter-RL by default). Under `torchrun --nproc_per_node N
+    -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py)."""
     from .config import RLConfig, load_config
     from .eval.plots import plot_run
     from .train.rl import RLTrainer
@@ -236,7 +237,8 @@ def train(
     train_config = load_config(RLConfig, config, overrides or [])
     trainer = RLTrainer(train_config)
     trainer.fit(resume=resume)
-    typer.echo(f"run folder: {trainer.run_dir}  plot: {plot_run(trainer.run_dir)}")
+    if trainer.rank == 0:  # under torchrun, rank 0 holds the run
+        typer.echo(f"run folder: {trainer.run_dir}  plot: {plot_run(trainer.run_dir)}")
 
 
 @app.command()

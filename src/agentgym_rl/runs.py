@@ -147,6 +147,19 @@ class MetricsLogger:
             self.writer.close()
 
 
+class NoMetrics:
+    """A `MetricsLogger` that writes nothing: the other ranks of a `torchrun` run (rank 0 logs)."""
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def truncate_after(self, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS
     if not path.exists():

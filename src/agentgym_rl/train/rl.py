@@ -26,6 +26,7 @@ from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, checkpoints, holds_run
+from . import distributed
 from .batch import TokenBatch, collate
 from .session import Session, Trainer
 
@@ -102,6 +103,12 @@ class RLTrainer(Trainer):
 
     def __init__(self, config: RLConfig, log: Callable[[str], Any] = print):
         super().__init__(config, log)
+        self.rank, self.world = distributed.start(config.run.device)  # (0, 1) outside torchrun
+        if config.algo.tasks_per_step < self.world:
+            raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} gives some of the {self.world} ranks "
+                            "no task: use at least one task per rank")
+        if self.rank > 0:
+            self.log = lambda line: None  # rank 0 reports
         self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
@@ -132,7 +139,9 @@ class RLTrainer(Trainer):
         if resume and not holds_run(self.run_dir) and not checkpoints(self.run_dir):
             self.log(f"no run in {self.run_dir} yet; starting it")
             resume = False
-        if resume:
+        if self.rank > 0:  # the other ranks start from the checkpoint rank 0 wrote or resumed from
+            self.session, state, start = self._join_rank_zero(options)
+        elif resume:
             check_resumable(self.run_dir, cfg)
             self.session, state, checkpoint = self._reopen(options)
             start = state["step"]
@@ -153,7 +162,21 @@ class RLTrainer(Trainer):
         self.val_policy = self.session.policy(cfg.eval.temperature)
         self.metrics = self.session.metrics
         self.metrics.truncate_after(start)
+        if self.world > 1 and self.rank == 0:
+            if state is None:
+                self.save(0)  # the weights (after the warm-up) every rank starts from
+            distributed.broadcast(start)  # the other ranks wait for it in `_join_rank_zero`
+        if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes
+            torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)
         return start
+
+    def _join_rank_zero(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], int]:
+        """A rank > 0's session: the model, optimizer and trainer state of the checkpoint at the
+        step rank 0 starts from; it writes nothing to the run folder."""
+        start = distributed.broadcast(None)
+        checkpoint = self.run_dir / "checkpoints" / f"step_{start:06d}"
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        return Session.resume(self.config, checkpoint, self.log, writes=False, **options), state, start
 
     def _reopen(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], Path]:
         """The session and trainer state of the newest checkpoint that loads; a damaged one (a
@@ -182,18 +205,26 @@ class RLTrainer(Trainer):
         validations = []
         idle: dict[int, str] = {}  # step -> why it updated nothing
         try:
-            if start == 0 and cfg.train.validate_every and cfg.eval.episodes:
+            main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
+            if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
                 validations.append(self.validate(0))
-            bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps)
+            bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps,
+                       disable=not main)
             for step in bar:
                 horizon = self.schedule.horizon(step)
                 began = time.time()
-                trajectories = self.engine.run(self.sample_tasks(step), self.policy, horizon,
-                                               samples=cfg.algo.group_size, seed=cfg.run.seed)
+                # Each rank plays its share of the step's tasks (whole groups); all see every trajectory.
+                mine = self.sample_tasks(step)[self.rank::self.world]
+                played = self.engine.run(mine, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed)
+                for trajectory in played:  # the group is the task's index in the whole step, as in one process
+                    trajectory.group = self.rank + trajectory.group * self.world
+                trajectories = distributed.gather(played)
                 rolled = time.time()
                 update_metrics = self.update(trajectories, step)
                 for policy in (self.policy, self.val_policy):  # the generators sample the new weights
                     policy.sync_weights(self.learner.model)
+                if not main:
+                    continue
                 stats = summarize(trajectories)
                 self.metrics.log(step + 1, {
                     "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
@@ -299,7 +330,8 @@ class RLTrainer(Trainer):
         for _ in range(spec.epochs):
             order = torch.randperm(len(keep), generator=rng)
             for start in range(0, len(keep), algo.minibatch_size):
-                minibatch = batch.rows(order[start:start + algo.minibatch_size])
+                # With torchrun each rank takes every world-th row; the learner sums their gradients.
+                minibatch = batch.rows(order[start:start + algo.minibatch_size][self.rank::self.world])
                 result = self.learner.update(minibatch, self._loss, weight_by, skip_above=skip)
                 self._gap_in_loss = False
                 for key, value in result.items():

@@ -28,7 +28,7 @@ from ..eval.evaluate import evaluate
 from ..rollout.engine import RolloutEngine
 from ..rollout.policy import ModelPolicy, model_policy
 from ..rollout.trajectory import Trajectory
-from ..runs import MetricsLogger, start_run
+from ..runs import MetricsLogger, NoMetrics, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
 from .learner import Learner
 
@@ -90,7 +90,7 @@ class Session:
     model: Any
     tokenizer: Any
     learner: Learner
-    metrics: MetricsLogger
+    metrics: MetricsLogger | NoMetrics
     device: torch.device
     log: Callable[[str], Any] = print
 
@@ -124,7 +124,7 @@ class Session:
                    MetricsLogger(run_dir), device, log)
 
     @classmethod
-    def resume(cls, config: Any, checkpoint: Path, log: Callable[[str], Any] = print,
+    def resume(cls, config: Any, checkpoint: Path, log: Callable[[str], Any] = print, writes: bool = True,
                **learner_options: Any) -> Session:
         """Reopen a run at `checkpoint` (a folder of `checkpoints/`): its model (or the LoRA
         adapter over the run's `lora_base`) and, through `learner.load_state`, its optimizer."""
@@ -138,7 +138,8 @@ class Session:
             model = model.to(device)
         learner = Learner(model, config.optim, **learner_options)
         learner.load_state(checkpoint)
-        return cls(config, run_dir, model, tokenizer, learner, MetricsLogger(run_dir), device, log)
+        metrics = MetricsLogger(run_dir) if writes else NoMetrics()  # writes=False: a torchrun rank > 0
+        return cls(config, run_dir, model, tokenizer, learner, metrics, device, log)
 
     # ------------------------------------------------------------- using the model
     def policy(self, temperature: float) -> ModelPolicy:

@@ -1,0 +1,56 @@
+"""Running one RL run over several processes with `torchrun` (torch.distributed).
+
+    torchrun --nproc_per_node 2 -m agentgym_rl.cli train configs/babyai_grpo.yaml
+
+Rank 0 is the run: it writes the run folder (config, warm-up, metrics, trajectories,
+checkpoints, validation), exactly as a one-process run does, so its checkpoints load at any
+world size. Every rank plays its share of each step's tasks (whole GRPO groups), the
+trajectories are gathered so that every rank computes the same advantages, and each minibatch
+is split across ranks, whose gradients the `Learner` sums (`Learner._reduce_across_ranks`).
+The process group is gloo on CPUs and NCCL when `run.device` is a GPU (one per rank:
+`LOCAL_RANK`).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+TIMEOUT = timedelta(hours=6)
+"""How long a rank waits for the others: rank 0 validates alone while the rest wait."""
+
+
+def start(device: str) -> tuple[int, int]:
+    """(rank, world size): join the process group `torchrun` describes (`WORLD_SIZE`, `RANK`,
+    `MASTER_ADDR`...), or (0, 1) outside `torchrun`."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1
+    if not dist.is_initialized():
+        gpu = device != "cpu" and torch.cuda.is_available()
+        if gpu:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if gpu else "gloo", timeout=TIMEOUT)
+    return dist.get_rank(), dist.get_world_size()
+
+
+def gather(items: list[Any]) -> list[Any]:
+    """Every rank's `items` (picklable), concatenated in rank order, on every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return items
+    every: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, items)
+    return [item for part in every for item in part]
+
+
+def broadcast(value: Any) -> Any:
+    """Rank 0's `value` (picklable), on every rank."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
