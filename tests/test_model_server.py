@@ -65,8 +65,8 @@ def test_served_ids_and_logprobs_equal_the_in_process_generator(server, loaded):
     assert [g.finished for g in served] == [g.finished for g in local]
     for mine, theirs in zip(served, local):
         assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
-    assert remote.prompt_tokens == sum(map(len, batch))
-    assert remote.completion_tokens == sum(len(g.ids) for g in local)
+    assert remote.client.prompt_tokens == sum(map(len, batch))
+    assert remote.client.completion_tokens == sum(len(g.ids) for g in local)
 
 
 def test_sampling_through_the_server_keeps_each_tokens_logprob(server, loaded):
@@ -114,6 +114,19 @@ def test_an_eval_through_the_server_equals_the_in_process_eval(server, model_dir
     assert served["success"] == local["success"]
     with pytest.raises(UserError, match="generator_url http://127.0.0.1:1/v1: GET /models failed"):
         evaluate("babyai", str(model_dir), **settings, rollout=RolloutConfig(generator_url="http://127.0.0.1:1/v1"))
+
+
+def test_a_chat_api_policy_replies_as_the_model_does(server, model_dir, monkeypatch):
+    """`--policy api:MODEL`: the conversation goes to /chat/completions as messages. On the first
+    turn the served prompt is the chat template of those messages, the in-process token prompt
+    too, so greedy replies agree."""
+    monkeypatch.setenv("OPENAI_API_KEY", "secret")
+    settings = dict(split="test", episodes=6, max_turns=1, temperature=0.0, progress=False)
+    local, local_runs = evaluate("babyai", str(model_dir), rollout=RolloutConfig(max_new_tokens=16), **settings)
+    api, api_runs = evaluate("babyai", "api:tiny", rollout=RolloutConfig(max_new_tokens=16, generator_url=f"{server}/v1"),
+                             **settings)
+    assert [t.messages for t in api_runs] == [t.messages for t in local_runs]
+    assert api["policy"] == "api:tiny" and all(not t.input_ids for t in api_runs)  # text: no token ids
 
 
 def failing_app(calls: list, status: int = 500, delay: float = 0.0) -> FastAPI:

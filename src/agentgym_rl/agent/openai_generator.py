@@ -20,79 +20,48 @@ from typing import Any
 
 import httpx
 
+from ..errors import UserError
 from .generator import Generation
 
 
-class GeneratorError(RuntimeError):
+class GeneratorError(UserError):
     """The model server failed: unreachable or too slow after the retries, or it refused the
-    request (the message holds the server's reason)."""
+    request (the message holds the server's reason). The CLI reports it in one line."""
 
 
-class OpenAIGenerator:
-    """Samples through `POST {base_url}/completions`.
+class OpenAIClient:
+    """Calls to an OpenAI-compatible API root, with retries, a concurrency limit and token
+    accounting.
 
     Args:
         base_url: the API root, e.g. "http://127.0.0.1:8000/v1".
-        model: the served model's name (`GET {base_url}/models` lists them).
-        stop_ids: token ids that end a turn (sent as `stop_token_ids`).
-        temperature: 0 means greedy decoding.
         timeout: seconds one request may take.
         retries: further attempts after a connection failure, a timeout or a 5xx answer (not after
             a 4xx: the request itself is wrong).
-        batch_size: prompts per request; requests run concurrently, at most `max_concurrency`.
+        max_concurrency: requests in flight at once.
         api_key: sent as a bearer token.
     Attributes:
         prompt_tokens, completion_tokens: tokens the server reported (`usage`) so far.
     """
 
-    def __init__(self, base_url: str, model: str, stop_ids: list[int], temperature: float = 1.0,
-                 timeout: float = 60.0, retries: int = 2, batch_size: int = 16, max_concurrency: int = 4,
+    def __init__(self, base_url: str, timeout: float = 60.0, retries: int = 2, max_concurrency: int = 4,
                  api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.stop_ids = list(stop_ids)
-        self.temperature = temperature
         self.retries = retries
-        self.batch_size = batch_size
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout,
                                     limits=httpx.Limits(max_connections=max_concurrency))
-        self._pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-generator")
+        self.pool = ThreadPoolExecutor(max_concurrency, thread_name_prefix="openai-client")
         self._lock = threading.Lock()
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        chunks = [prompts[i:i + self.batch_size] for i in range(0, len(prompts), self.batch_size)]
-        results = self._pool.map(lambda chunk: self._complete(chunk, max_new_tokens), chunks)
-        return [generation for chunk in results for generation in chunk]
+    def post(self, path: str, body: dict) -> dict:
+        """The JSON answer of `POST path`, its `usage` counted.
 
-    def sync_weights(self, model: Any) -> None:
-        raise GeneratorError("a served model keeps its own weights: an OpenAI-compatible generator evaluates "
-                             "or plays a fixed model and cannot follow a learner's updates")
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False)
-        self._client.close()
-
-    def _complete(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        body = {"model": self.model, "prompt": prompts, "max_tokens": max_new_tokens, "temperature": self.temperature,
-                "logprobs": 1, "stop_token_ids": self.stop_ids, "return_tokens_as_token_ids": True,
-                "skip_special_tokens": False, "include_stop_str_in_output": True}
-        answer = self._post("/completions", body)
-        with self._lock:
-            usage = answer.get("usage") or {}
-            self.prompt_tokens += int(usage.get("prompt_tokens", 0))
-            self.completion_tokens += int(usage.get("completion_tokens", 0))
-        try:
-            choices = sorted(answer["choices"], key=lambda choice: choice["index"])
-            if len(choices) != len(prompts):
-                raise ValueError(f"{len(choices)} choices for {len(prompts)} prompts")
-            return [_generation(choice) for choice in choices]
-        except (KeyError, TypeError, ValueError) as error:
-            raise GeneratorError(f"{self.base_url}/completions answered in an unexpected form: {error}") from None
-
-    def _post(self, path: str, body: dict) -> dict:
+        Raises:
+            GeneratorError: refused (4xx), or failed after the retries.
+        """
         for attempt in range(self.retries + 1):
             try:
                 response = self._client.post(path, json=body)
@@ -100,13 +69,70 @@ class OpenAIGenerator:
                 problem = f"{type(error).__name__}: {error}"
             else:
                 if response.status_code < 400:
-                    return response.json()
+                    answer = response.json()
+                    usage = answer.get("usage") or {}
+                    with self._lock:
+                        self.prompt_tokens += int(usage.get("prompt_tokens", 0))
+                        self.completion_tokens += int(usage.get("completion_tokens", 0))
+                    return answer
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code < 500:
                     raise GeneratorError(f"{self.base_url}{path} refused the request: {problem}")
             if attempt < self.retries:
                 time.sleep(0.5 * 2 ** attempt)
         raise GeneratorError(f"{self.base_url}{path} failed after {self.retries + 1} attempts: {problem}")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False)
+        self._client.close()
+
+
+class OpenAIGenerator:
+    """Samples through `POST {base_url}/completions`.
+
+    Args:
+        base_url, timeout, retries, max_concurrency, api_key: the server (`OpenAIClient`).
+        model: the served model's name (`GET {base_url}/models` lists them).
+        stop_ids: token ids that end a turn (sent as `stop_token_ids`).
+        temperature: 0 means greedy decoding.
+        batch_size: prompts per request; requests run concurrently.
+    Attributes:
+        client: its `OpenAIClient` (`client.prompt_tokens`, `client.completion_tokens`).
+    """
+
+    def __init__(self, base_url: str, model: str, stop_ids: list[int], temperature: float = 1.0,
+                 timeout: float = 60.0, retries: int = 2, batch_size: int = 16, max_concurrency: int = 4,
+                 api_key: str | None = None):
+        self.client = OpenAIClient(base_url, timeout, retries, max_concurrency, api_key)
+        self.model = model
+        self.stop_ids = list(stop_ids)
+        self.temperature = temperature
+        self.batch_size = batch_size
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        chunks = [prompts[i:i + self.batch_size] for i in range(0, len(prompts), self.batch_size)]
+        results = self.client.pool.map(lambda chunk: self._complete(chunk, max_new_tokens), chunks)
+        return [generation for chunk in results for generation in chunk]
+
+    def sync_weights(self, model: Any) -> None:
+        raise GeneratorError("a served model keeps its own weights: an OpenAI-compatible generator evaluates "
+                             "or plays a fixed model and cannot follow a learner's updates")
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _complete(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        body = {"model": self.model, "prompt": prompts, "max_tokens": max_new_tokens, "temperature": self.temperature,
+                "logprobs": 1, "stop_token_ids": self.stop_ids, "return_tokens_as_token_ids": True,
+                "skip_special_tokens": False, "include_stop_str_in_output": True}
+        answer = self.client.post("/completions", body)
+        try:
+            choices = sorted(answer["choices"], key=lambda choice: choice["index"])
+            if len(choices) != len(prompts):
+                raise ValueError(f"{len(choices)} choices for {len(prompts)} prompts")
+            return [_generation(choice) for choice in choices]
+        except (KeyError, TypeError, ValueError) as error:
+            raise GeneratorError(f"{self.client.base_url}/completions answered in an unexpected form: {error}") from None
 
 
 def _generation(choice: dict) -> Generation:

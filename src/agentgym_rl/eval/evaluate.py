@@ -16,19 +16,32 @@ from .metrics import summarize
 from .policies import RandomPolicy
 
 
+API_PREFIX = "api:"
+"""`--policy api:MODEL`: a chat model behind `rollout.generator_url` (`rollout/chat_api.py`)."""
+
+
 def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True,
                 device: str = "cpu", dtype: str = "float32", rollout: RolloutConfig | None = None) -> Any:
-    """"expert", "random", a model folder path (loaded in `dtype` on `device`, `run.device`'s
-    values; or only its tokenizer, sampling from `rollout.generator_url`), or an already built
-    policy object (`reuse_cache`: see `model_policy`)."""
+    """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a model folder
+    path (loaded in `dtype` on `device`, `run.device`'s values; or only its tokenizer, sampling
+    from `rollout.generator_url`), or an already built policy object (`reuse_cache`: see
+    `model_policy`)."""
     if not isinstance(policy, str):
         return policy
     if policy == "expert":
         return registry.make_expert(env_id)
     if policy == "random":
         return RandomPolicy(seed)
+    if policy.startswith(API_PREFIX):
+        if rollout is None or not rollout.generator_url:
+            raise UserError(f"--policy {policy} needs the API's address: rollout.generator_url=https://HOST/v1")
+        from ..rollout.chat_api import ChatAPIPolicy
+
+        return ChatAPIPolicy(rollout.generator_url, policy.removeprefix(API_PREFIX), temperature,
+                             rollout.generator_timeout, api_key=os.environ.get("OPENAI_API_KEY"))
     if not Path(policy).exists():
-        raise UserError(f"policy {policy!r} is neither 'expert', 'random' nor an existing model folder")
+        raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL' nor an existing "
+                        "model folder")
     if rollout is not None and rollout.generator_url:
         return served_policy(policy, rollout.generator_url, temperature, rollout.generator_timeout)
     from ..agent.loading import load_model_and_tokenizer, resolve_device

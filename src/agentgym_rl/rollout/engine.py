@@ -151,7 +151,8 @@ class RolloutEngine:
         return episode
 
     def _act(self, active: list[_Episode], policy: Policy) -> list[str]:
-        replies = policy.act([e.env for e in active], [e.ids for e in active], self.config.max_new_tokens)
+        replies = policy.act([e.env for e in active], [e.ids for e in active], self.config.max_new_tokens,
+                             conversations=[e.record.messages for e in active])
         if policy.encoder is not None:
             for episode, reply in zip(active, replies):
                 ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)

@@ -4,8 +4,8 @@
   each episode's token ids with it, passes them to `act`, and keeps the generated ids, masks and
   logprobs exactly as sampled.
 - A text policy (an environment's expert, a random baseline, a remote chat API) has none: it
-  replies in text from what the environment's API shows, so it works through any transport,
-  and the episode is kept as messages.
+  replies in text from what the environment's API shows or from the conversation so far, so it
+  works through any transport, and the episode is kept as messages.
 
 The engine asks only for this protocol; it never checks which kind of policy it holds.
 """
@@ -52,9 +52,11 @@ class Policy(Protocol):
         when a run starts and ends, since weights may change between runs."""
         ...
 
-    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
+            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
         """One reply for each active episode: `envs[i]` is its environment, `prompts[i]` its
-        token ids so far (empty lists for a text policy)."""
+        token ids so far (empty lists for a text policy), `conversations[i]` its messages so far
+        (what a chat API reads)."""
         ...
 
 
@@ -74,7 +76,8 @@ class ModelPolicy:
         """Sample from `model`'s weights from now on (see `Generator.sync_weights`)."""
         self.generator.sync_weights(model)
 
-    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
+            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
         generations = self.generator.generate(prompts, max_new_tokens)
         return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
                 for g in generations]
@@ -101,7 +104,8 @@ class TextPolicy(ABC):
     def reset(self) -> None:
         pass
 
-    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int) -> list[Reply]:
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
+            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
         return [Reply(self.reply(env)) for env in envs]
 
     @abstractmethod
