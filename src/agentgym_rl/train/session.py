@@ -93,6 +93,8 @@ class Session:
     metrics: MetricsLogger | NoMetrics
     device: torch.device
     log: Callable[[str], Any] = print
+    vllm_engine: Any = None
+    """The vLLM engine the policies sample from with `rollout.generator: vllm` (made on first use)."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -143,8 +145,29 @@ class Session:
 
     # ------------------------------------------------------------- using the model
     def policy(self, temperature: float) -> ModelPolicy:
-        """The model as a rollout policy sampling at `temperature` (0: greedy)."""
+        """The model as a rollout policy sampling at `temperature` (0: greedy), through
+        `rollout.generator`; the trainer syncs the generator's weights after every update."""
+        if self.config.rollout.generator == "vllm":
+            from ..agent.chat import ChatEncoder
+            from ..agent.vllm_generator import VLLMGenerator
+
+            encoder = ChatEncoder(self.tokenizer)
+            return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder)
         return model_policy(self.model, self.tokenizer, temperature, self.config.rollout.reuse_kv_cache)
+
+    def _vllm(self) -> Any:
+        """The session's vLLM engine, started on the model's current weights."""
+        if self.vllm_engine is None:
+            if self.config.model.lora_rank:
+                raise UserError("rollout.generator: vllm does not take LoRA adapters yet; use hf, or no LoRA")
+            from ..agent.vllm_generator import VLLMEngine
+
+            folder = self.run_dir / "vllm_model"  # vLLM starts from a model folder
+            self.model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+            self.vllm_engine = VLLMEngine(folder, self.config.run.dtype, max_model_len=self.config.rollout.max_context,
+                                          seed=self.config.run.seed)
+        return self.vllm_engine
 
     def sample(self, tasks: list[Task], samples: int, temperature: float, max_turns: int | None,
                desc: str) -> list[Trajectory]:
