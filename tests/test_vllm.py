@@ -90,3 +90,29 @@ def test_an_eval_through_vllm_equals_the_hf_eval(setup, tmp_path):
                          **settings)
     assert [t.messages for t in served] == [t.messages for t in local]
     assert [t.input_ids for t in served] == [t.input_ids for t in local]
+
+
+def test_training_samples_with_the_learners_weights_after_each_update(tmp_path):
+    """Two GRPO steps with vLLM generating: the entropy bonus moves the weights even when every
+    advantage is 0, so step 2's rollouts come from updated weights; the learner's rescoring of
+    them agrees with vLLM's logprobs only if the update reached the engine."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    shape = [f"model.tiny.{key}={value}" for key, value in dict(
+        vocab_size=400, hidden_size=128, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=256).items()]
+    result = subprocess.run([
+        sys.executable, "-m", "agentgym_rl.cli", "train", str(repo / "configs" / "babyai_grpo.yaml"), *shape,
+        "env.kwargs={}", "model.corpus_episodes=1", "warmup.episodes=0", "algo.tasks_per_step=2", "algo.group_size=2",
+        "algo.minibatch_size=4", "algo.entropy_coef=0.05", "algo.skip_zero_advantage=false", "optim.lr=0.01",
+        "optim.micro_batch_size=4", "rollout.max_new_tokens=8", "rollout.max_context=1024", "rollout.generator=vllm",
+        "schedule.horizons=[2]", "train.steps=2", "train.save_every=2", "train.validate_every=10", "eval.episodes=2",
+        "eval.max_turns=2", f"run.output_dir={tmp_path}", "run.name=run"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = {row["step"]: row for row in rows if "rollout/logprob_gap_mean" in row}
+    assert set(steps) == {1, 2} and steps[1]["update/optimizer_steps"] >= 1
+    assert steps[2]["rollout/logprob_gap_max"] < 1e-3
