@@ -45,14 +45,7 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
     if rollout is not None and rollout.generator_url:
         return served_policy(policy, rollout.generator_url, temperature, rollout.generator_timeout)
     if rollout is not None and rollout.generator == "vllm":
-        from ..agent.chat import ChatEncoder
-        from ..agent.loading import load_tokenizer
-        from ..agent.vllm_generator import VLLMEngine, VLLMGenerator, require_vllm
-
-        require_vllm()
-        encoder = ChatEncoder(load_tokenizer(policy))
-        engine = VLLMEngine(policy, dtype, max_model_len=rollout.max_context, seed=seed)
-        return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
+        return vllm_policy(policy, temperature, dtype, rollout.max_context, seed)
     from ..agent.loading import load_model_and_tokenizer, resolve_device
 
     model, tokenizer = load_model_and_tokenizer(policy, dtype)
@@ -79,6 +72,18 @@ def served_policy(model_folder: str, base_url: str, temperature: float, timeout:
     generator = OpenAIGenerator(base_url, name, [encoder.end_of_turn_id], temperature, timeout,
                                 api_key=os.environ.get("OPENAI_API_KEY"))
     return ModelPolicy(generator, encoder)
+
+
+def vllm_policy(model_folder: str, temperature: float, dtype: str, max_context: int, seed: int) -> ModelPolicy:
+    """The model folder as a token policy sampling through vLLM's offline engine."""
+    from ..agent.chat import ChatEncoder
+    from ..agent.loading import load_tokenizer
+    from ..agent.vllm_generator import VLLMEngine, VLLMGenerator, require_vllm
+
+    require_vllm()
+    encoder = ChatEncoder(load_tokenizer(model_folder))
+    engine = VLLMEngine(model_folder, dtype, max_model_len=max_context, seed=seed)
+    return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
 
 
 def _bearer(key: str | None) -> dict[str, str]:
