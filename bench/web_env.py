@@ -24,27 +24,14 @@ from pathlib import Path
 
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
+from agentgym_rl.envs.web.browser import chromium_pids
 
 
 def chromium_pss_mib() -> float:
     """Total PSS of the Chromium processes descending from this process, in MiB."""
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                status = (proc / "status").read_text()
-            except OSError:
-                continue
-            parents[int(proc.name)] = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-    descendants, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
-        descendants |= frontier
     total_kib = 0
-    for pid in descendants:
+    for pid in chromium_pids():
         try:
-            if "chrom" not in Path(f"/proc/{pid}/comm").read_text():
-                continue
             rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
             continue

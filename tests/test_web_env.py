@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from starlette.applications import Starlette
@@ -22,7 +21,7 @@ from starlette.routing import Route
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.checker import check_env
-from agentgym_rl.envs.web.browser import find_chromium
+from agentgym_rl.envs.web.browser import chromium_pids, find_chromium
 from agentgym_rl.envs.web.env import WebEnv, embedded_sites
 from agentgym_rl.envs.web.site_server import SiteServer
 
@@ -131,29 +130,12 @@ def test_a_crashed_browser_is_relaunched(env):
     env.reset(0)
     runtime = env._runtime
     launches = runtime.launches
-    for pid in _chromium_pids():
+    for pid in chromium_pids():
         os.kill(pid, signal.SIGKILL)
     with pytest.raises(Exception):
         env.step("```click [4]```")  # the episode ends as a failure; the rollout records it
     observation, _ = env.reset(1)
     assert observation.startswith("Objective:") and runtime.launches == launches + 1
-
-
-def _chromium_pids() -> list[int]:
-    """Chromium processes under this one (Playwright's driver starts them)."""
-    parents = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                status = (proc / "status").read_text()
-            except OSError:
-                continue
-            parents[int(proc.name)] = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
-    descendants, frontier = set(), {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
-        descendants |= frontier
-    return [pid for pid in descendants if "chrom" in Path(f"/proc/{pid}/comm").read_text(errors="replace")]
 
 
 def test_webarena_task_configs_run_against_a_site_base_url(tmp_path, caplog):

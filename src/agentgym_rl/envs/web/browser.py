@@ -103,6 +103,32 @@ async def _call(make_coroutine: Callable[[], Awaitable[T]]) -> T:
     return await make_coroutine()
 
 
+def chromium_pids() -> list[int]:
+    """The Chromium processes descending from this one (Playwright's driver starts them)."""
+    from pathlib import Path
+
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                status = (proc / "status").read_text()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+    descendants, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - descendants
+        descendants |= frontier
+    found = []
+    for pid in sorted(descendants):
+        try:
+            if "chrom" in Path(f"/proc/{pid}/comm").read_text():
+                found.append(pid)
+        except OSError:  # it exited meanwhile
+            continue
+    return found
+
+
 _RUNTIMES: dict[str, BrowserRuntime] = {}
 _RUNTIMES_LOCK = threading.Lock()
 

@@ -40,19 +40,14 @@ def must_include(text: str, phrase: str) -> bool:
 
 def string_match(answer: str, reference_answers: dict[str, Any], question: str = "",
                  judge: Judge | None = None) -> float:
-    score = 1.0
-    for kind, reference in reference_answers.items():
-        if kind == "exact_match":
-            score *= float(clean_answer(answer) == clean_answer(str(reference)))
-        elif kind == "must_include":
-            score *= float(all(must_include(answer, str(phrase)) for phrase in reference))
-        elif kind == "fuzzy_match":
-            if judge is None:
-                raise ValueError("this task needs a judge model for fuzzy_match (set judge_url)")
-            references = reference if isinstance(reference, list) else [reference]
-            score *= float(all(judge(question, answer, str(item)) for item in references))
-        else:
-            raise ValueError(f"unknown string_match kind {kind!r}")
+    exact = {kind: value for kind, value in reference_answers.items() if kind != "fuzzy_match"}
+    score = contents_match(answer, exact)
+    if "fuzzy_match" in reference_answers:
+        if judge is None:
+            raise ValueError("this task needs a judge model for fuzzy_match (set judge_url)")
+        reference = reference_answers["fuzzy_match"]
+        references = reference if isinstance(reference, list) else [reference]
+        score *= float(all(judge(question, answer, str(item)) for item in references))
     return score
 
 
@@ -72,16 +67,17 @@ def url_match(url: str, reference_url: str) -> float:
     return 0.0
 
 
-def contents_match(text: str, required_contents: dict[str, Any]) -> float:
-    """`program_html`'s comparison of one page's text with its `required_contents`."""
+def contents_match(text: str, required: dict[str, Any]) -> float:
+    """1.0 when `text` meets every `exact_match` / `must_include` of `required` (a string
+    answer's `reference_answers`, or a `program_html` target's `required_contents`), else 0.0."""
     score = 1.0
-    for kind, reference in required_contents.items():
+    for kind, reference in required.items():
         if kind == "exact_match":
             score *= float(clean_answer(text) == clean_answer(str(reference)))
         elif kind == "must_include":
             score *= float(all(must_include(text, str(phrase)) for phrase in reference))
         else:
-            raise ValueError(f"unknown required_contents kind {kind!r}")
+            raise ValueError(f"unknown match kind {kind!r}")
     return score
 
 
