@@ -8,8 +8,6 @@ their parts in another order), weights after one AdamW step within 1e-6 (lr 1e-3
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -107,4 +105,3 @@ def test_a_checkpoint_from_two_ranks_loads_in_one_process(two_ranks):
     learner = Learner(loaded, OptimConfig(lr=1e-3))
     learner.load_state(two_ranks)  # the optimizer state of the same step
     assert len(learner.optimizer.state) == len(list(loaded.parameters()))
-    assert not os.path.exists(two_ranks / "rank1" / "model")

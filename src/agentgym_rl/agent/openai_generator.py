@@ -82,6 +82,19 @@ class OpenAIClient:
                 time.sleep(0.5 * 2 ** attempt)
         raise GeneratorError(f"{self.base_url}{path} failed after {self.retries + 1} attempts: {problem}")
 
+    def models(self) -> list[str]:
+        """The names `GET /models` lists (one attempt: a check that the server answers).
+
+        Raises:
+            GeneratorError: no answer, or not a model list.
+        """
+        try:
+            response = self._client.get("/models")
+            response.raise_for_status()
+            return [entry["id"] for entry in response.json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+            raise GeneratorError(f"GET /models failed ({error or type(error).__name__})") from None
+
     def close(self) -> None:
         self.pool.shutdown(wait=False)
         self._client.close()

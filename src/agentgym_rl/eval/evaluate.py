@@ -55,22 +55,20 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
 def served_policy(model_folder: str, base_url: str, temperature: float, timeout: float) -> ModelPolicy:
     """The model served at `base_url` (OpenAI's API) as a token policy, encoded with the chat
     template of `model_folder`'s tokenizer (the served model's own)."""
-    import httpx
-
     from ..agent.chat import ChatEncoder
     from ..agent.loading import load_tokenizer
-    from ..agent.openai_generator import OpenAIGenerator
+    from ..agent.openai_generator import GeneratorError, OpenAIGenerator
 
     encoder = ChatEncoder(load_tokenizer(model_folder))
-    try:  # the served model's name, and a check before any work that the server answers
-        response = httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout,
-                             headers=_bearer(os.environ.get("OPENAI_API_KEY")))
-        response.raise_for_status()
-        name = response.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError) as error:
-        raise UserError(f"rollout.generator_url {base_url}: GET /models failed ({error or type(error).__name__})") from None
-    generator = OpenAIGenerator(base_url, name, [encoder.end_of_turn_id], temperature, timeout,
+    generator = OpenAIGenerator(base_url, "", [encoder.end_of_turn_id], temperature, timeout,
                                 api_key=os.environ.get("OPENAI_API_KEY"))
+    try:  # the served model's name, and a check before any work that the server answers
+        names = generator.client.models()
+    except GeneratorError as error:
+        raise UserError(f"rollout.generator_url {base_url}: {error}") from None
+    if not names:
+        raise UserError(f"rollout.generator_url {base_url}: the server lists no model")
+    generator.model = names[0]
     return ModelPolicy(generator, encoder)
 
 
@@ -84,10 +82,6 @@ def vllm_policy(model_folder: str, temperature: float, dtype: str, max_context: 
     encoder = ChatEncoder(load_tokenizer(model_folder))
     engine = VLLMEngine(model_folder, dtype, max_model_len=max_context, seed=seed)
     return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
-
-
-def _bearer(key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def _check_listable(make_env: Any, task: Any, seed: int) -> None:

@@ -12,7 +12,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .forum_data import ME
-from .site_server import TENANT_HEADER, TenantDatabases, form_fields, to_int
+from .site_server import TenantDatabases, form_fields, tenant_of, to_int
 
 SORTS = {"new": "p.posted DESC, p.id DESC", "top": "p.score DESC, p.id", "title": "p.title"}
 
@@ -21,17 +21,10 @@ def forum_app(databases: TenantDatabases) -> Starlette:
     """The forum's ASGI app over `databases` (built with `forum_data.build_forum`)."""
 
     def run(request: Request, sql: str, parameters: tuple = ()) -> list[tuple]:
-        tenant = request.headers.get(TENANT_HEADER, "0")
-        with databases.lock(tenant):
-            return databases.database(tenant).execute(sql, parameters).fetchall()
+        return databases.query(tenant_of(request), sql, parameters)
 
     def write(request: Request, statements: list[tuple[str, tuple]]) -> None:
-        tenant = request.headers.get(TENANT_HEADER, "0")
-        with databases.lock(tenant):
-            database = databases.database(tenant)
-            for sql, parameters in statements:
-                database.execute(sql, parameters)
-            database.commit()
+        databases.write(tenant_of(request), statements)
 
     def render(title: str, body: str, status: int = 200) -> HTMLResponse:
         nav = (f'<nav aria-label="Main"><a href="/">Forums</a> <a href="/user/{ME}">{ME}</a></nav>'

@@ -17,14 +17,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from .shop_data import money
-from .site_server import TENANT_HEADER, TenantDatabases, form_fields, to_int
+from .site_server import TenantDatabases, form_fields, tenant_of, to_int
 
 SORTS = {"name": "name", "price": "price_cents, name", "rating": "rating DESC, name"}
 PAGE_SIZE = 20
-
-
-def _tenant(request: Request) -> str:
-    return request.headers.get(TENANT_HEADER, "0")
 
 
 def _page(title: str, body: str, cart_count: int) -> HTMLResponse:
@@ -48,17 +44,10 @@ def shop_app(databases: TenantDatabases) -> Starlette:
     """The shop's ASGI app over `databases` (built with `shop_data.build_shop`)."""
 
     def run(request: Request, sql: str, parameters: tuple = ()) -> list[tuple]:
-        tenant = _tenant(request)
-        with databases.lock(tenant):
-            return databases.database(tenant).execute(sql, parameters).fetchall()
+        return databases.query(tenant_of(request), sql, parameters)
 
     def write(request: Request, statements: list[tuple[str, tuple]]) -> None:
-        tenant = _tenant(request)
-        with databases.lock(tenant):
-            database = databases.database(tenant)
-            for sql, parameters in statements:
-                database.execute(sql, parameters)
-            database.commit()
+        databases.write(tenant_of(request), statements)
 
     def render(request: Request, title: str, body: str) -> HTMLResponse:
         count = run(request, "SELECT COALESCE(SUM(quantity), 0) FROM cart_items")[0][0]

@@ -63,6 +63,14 @@ class TenantDatabases:
         with self.lock(tenant):
             return self._databases[tenant].execute(sql, parameters).fetchall()
 
+    def write(self, tenant: str, statements: list[tuple[str, tuple]]) -> None:
+        """Run `(sql, parameters)` statements on the tenant's database and commit them together."""
+        with self.lock(tenant):
+            database = self._databases[tenant]
+            for sql, parameters in statements:
+                database.execute(sql, parameters)
+            database.commit()
+
     def drop(self, tenant: str) -> None:
         with self._guard:
             database = self._databases.pop(tenant, None)
@@ -96,6 +104,11 @@ class SiteServer:
     def close(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=5)
+
+
+def tenant_of(request: Request) -> str:
+    """The tenant a request comes from (`TENANT_HEADER`; "0" for a person browsing)."""
+    return request.headers.get(TENANT_HEADER, "0")
 
 
 async def form_fields(request: Request) -> dict[str, str]:
