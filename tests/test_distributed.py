@@ -1,6 +1,6 @@
-"""Data-parallel learning over torch.distributed (gloo on the CPU): one update on 2 ranks, each
-holding part of the rows, equals one update on 1 process holding them all, and the checkpoint
-rank 0 writes loads in a single process.
+"""Data-parallel learning over torch.distributed (gloo on the CPU), replicated (DDP-style) and
+sharded (FSDP2): one update on 2 ranks, each holding part of the rows, equals one update on 1
+process holding them all, and the checkpoint rank 0 writes loads in a single process.
 
 Tolerance: gradients within 1e-5 of each other relative to their global L2 norm (the ranks sum
 their parts in another order), weights after one AdamW step within 1e-6 (lr 1e-3).
@@ -46,34 +46,46 @@ def global_batch(learner: Learner) -> TokenBatch:
 
 
 def ppo_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]):
-    return LOSS["ppo_clip"](outputs["logprobs"], batch.old_logprobs, batch.advantages, batch.loss_mask)
+    """PPO-clip plus a critic's squared error (regressed on the advantages), so the value head learns too."""
+    loss, metrics = LOSS["ppo_clip"](outputs["logprobs"], batch.old_logprobs, batch.advantages, batch.loss_mask)
+    value_error = ((outputs["values"] - batch.advantages) ** 2 * batch.loss_mask).sum() / batch.loss_mask.sum()
+    return loss + value_error, metrics
 
 
-def update(rows: list[int] | None) -> tuple[Learner, dict]:
-    learner = Learner(build_model(), OptimConfig(lr=1e-3, micro_batch_size=2, grad_clip=0.0))
+def update(rows: list[int] | None, sharded: bool = False) -> tuple[Learner, dict]:
+    learner = Learner(build_model(), OptimConfig(lr=1e-3, micro_batch_size=2, grad_clip=0.0), value_head=True)
+    torch.nn.init.normal_(learner.value_head.weight, generator=torch.Generator().manual_seed(2))
+    if sharded:
+        learner.shard()
     batch = global_batch(learner)
     metrics = learner.update(batch.rows(rows) if rows is not None else batch, ppo_loss)
     return learner, metrics
 
 
-def rank_main(rank: int, world: int, init_file: str, out: str) -> None:
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """A sharded (DTensor) gradient's whole value; a plain tensor as it is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor.clone()
+
+
+def rank_main(rank: int, world: int, init_file: str, out: str, sharded: bool) -> None:
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         assert data_parallel_size() == world
-        learner, metrics = update(RANK_ROWS[rank])
-        if rank == 0:
+        learner, metrics = update(RANK_ROWS[rank], sharded)
+        if rank == 0 or sharded:  # a sharded learner gathers its state with every rank
             learner.save(out)
-        grads = [p.grad.clone() for p in learner.parameters()]
-        torch.save({"state": learner.model.state_dict(), "grads": grads, "metrics": metrics}, f"{out}/rank{rank}.pt")
+        grads = [full(p.grad) for p in learner.parameters()]
+        state = learner.gather_weights().state_dict()
+        torch.save({"state": state, "grads": grads, "metrics": metrics}, f"{out}/rank{rank}.pt")
         torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def two_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    mp.spawn(rank_main, args=(2, str(out / "init"), str(out)), nprocs=2, join=True)
+@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+def two_ranks(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    mp.spawn(rank_main, args=(2, str(out / "init"), str(out), request.param == "fsdp"), nprocs=2, join=True)
     return out
 
 
@@ -102,6 +114,11 @@ def test_a_checkpoint_from_two_ranks_loads_in_one_process(two_ranks):
     saved = torch.load(two_ranks / "rank0.pt")["state"]
     for name, value in loaded.state_dict().items():
         torch.testing.assert_close(value, saved[name], atol=0, rtol=0)
-    learner = Learner(loaded, OptimConfig(lr=1e-3))
-    learner.load_state(two_ranks)  # the optimizer state of the same step
-    assert len(learner.optimizer.state) == len(list(loaded.parameters()))
+    learner = Learner(loaded, OptimConfig(lr=1e-3), value_head=True)
+    learner.load_state(two_ranks)  # the optimizer state and value head of the same step
+    single, _ = update(None)
+    assert len(learner.optimizer.state) == len(learner.parameters())
+    for mine, theirs in zip(learner.parameters(), single.parameters()):
+        expected = single.optimizer.state[theirs]["exp_avg_sq"]
+        torch.testing.assert_close(learner.optimizer.state[mine]["exp_avg_sq"], expected, atol=1e-9, rtol=1e-4)
+    torch.testing.assert_close(learner.value_head.weight, single.value_head.weight, atol=1e-6, rtol=0)

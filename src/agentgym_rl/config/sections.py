@@ -38,6 +38,10 @@ class RunConfig:
     GPU. The CPU is the default so that a config gives the same numbers on every machine."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """The model's parameter dtype (log-probabilities, losses and the value head stay float32)."""
+    parallel: Literal["ddp", "fsdp"] = "ddp"
+    """How the ranks of a `torchrun` RL run hold the model: "ddp", a whole copy each (gradients
+    all-reduced), or "fsdp", 1/world of the parameters, gradients and optimizer state each
+    (FSDP2), for models that do not fit one device. One process ignores it."""
 
     @property
     def dir(self) -> Path:

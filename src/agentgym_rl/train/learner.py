@@ -13,6 +13,7 @@ import torch
 
 from ..algos import token_entropy
 from ..config import OptimConfig
+from ..errors import UserError
 from .batch import TokenBatch, micro_batches
 from .packing import block_causal_mask
 
@@ -103,6 +104,12 @@ def _all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def is_lora(model: Any) -> bool:
     """Whether `model` is a peft model whose adapter can be switched off (one-copy reference)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
@@ -136,8 +143,48 @@ class Learner:
             self.value_head = torch.nn.Linear(model.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
-        params = [p for p in self.parameters()]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        self.optimizer = self._new_optimizer()
+        self.sharded = False
+        self.rollout_model = model
+        """The model rollouts sample from: the learner's own, or with `shard()` a plain copy that
+        `gather_weights()` refreshes."""
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay)
+
+    def _named(self) -> torch.nn.ModuleDict:
+        """The model and value head under one root, naming every parameter the optimizer holds."""
+        named = torch.nn.ModuleDict({"model": self.model})
+        if self.value_head is not None:
+            named["value_head"] = self.value_head
+        return named
+
+    def shard(self) -> None:
+        """Shard the model, value head and optimizer state over the ranks of the process group
+        (FSDP2, `train.sharding`); every rank calls it, holding the same weights and optimizer
+        state. Rollouts then sample from a plain copy of the model (`rollout_model`)."""
+        from . import sharding
+
+        if is_lora(self.model):
+            raise UserError("run.parallel: fsdp shards a fully fine-tuned model; a LoRA adapter is small enough to "
+                            "replicate, so train it with run.parallel: ddp")
+        stepped = bool(self.optimizer.state)  # resumed from a checkpoint
+        state = sharding.full_optimizer_state(self._named(), self.optimizer, on_every_rank=True) if stepped else None
+        self.rollout_model = copy.deepcopy(self.model).requires_grad_(False)
+        sharding.shard(self.model, self.value_head)
+        self.optimizer = self._new_optimizer()
+        if state is not None:
+            sharding.load_optimizer_state(self._named(), self.optimizer, state)
+        self.sharded = True
+
+    def gather_weights(self) -> Any:
+        """`rollout_model` holding the current weights (with `shard()`, gathered from every rank:
+        a collective all ranks call together)."""
+        if self.sharded:
+            from . import sharding
+
+            self.rollout_model.load_state_dict(sharding.full_model_state(self.model))
+        return self.rollout_model
 
     @property
     def device(self) -> torch.device:
@@ -171,7 +218,11 @@ class Learner:
         with self.model.disable_adapter() if reference else nullcontext():
             # Only logprobs and values are scored here (the right-token term is a loss only).
             scored = dataclasses.replace(batch, right_ids=None)
-            for rows, micro in micro_batches(scored, self.config.micro_batch_size):
+            for item in self._micro_batches(scored):
+                if item is None:  # this rank's part is scored; the others still gather weights
+                    token_outputs(scorer, self._idle_batch(), head, temperature=self.temperature)
+                    continue
+                rows, micro = item
                 width = micro.input_ids.shape[1]
                 micro = micro.to(self.device)  # batches are built on the CPU
                 for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
@@ -208,10 +259,19 @@ class Learner:
         if total == 0:  # no loss token on any rank
             return {}
         summed: dict[str, float] = {}
-        for _, micro in micro_batches(batch, self.config.micro_batch_size):
-            micro = micro.to(self.device)
-            share = float(micro.loss_mask.sum() if weight_by == "tokens" else micro.size) / total
+        micros = self._micro_batches(batch)
+        for index, item in enumerate(micros):
+            if self.sharded:  # reduce-scatter the gradients once, after the last micro-batch
+                for unit in self._units():
+                    unit.set_requires_gradient_sync(index == len(micros) - 1, recurse=False)
+            micro = item[1].to(self.device) if item is not None else None
+            share = 0.0 if micro is None else float(micro.loss_mask.sum() if weight_by == "tokens" else micro.size)
+            share /= total
             if share == 0.0:
+                if self.sharded:  # a pass adding nothing, so that every rank runs as many
+                    outputs = token_outputs(self.model, self._idle_batch(), self.value_head, self.entropy,
+                                            self.temperature)
+                    (sum(value.sum() for value in outputs.values()) * 0.0).backward()
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
                                                          self.temperature))
@@ -231,22 +291,45 @@ class Learner:
             self.optimizer.step()
         return summed
 
+    def _micro_batches(self, batch: TokenBatch) -> list[tuple[list[int], TokenBatch] | None]:
+        """The batch's micro-batches; sharded, padded with None up to the most any rank has."""
+        micros: list[tuple[list[int], TokenBatch] | None] = list(micro_batches(batch, self.config.micro_batch_size))
+        if self.sharded:
+            from .sharding import max_across_ranks
+
+            micros += [None] * (max_across_ranks(len(micros)) - len(micros))
+        return micros
+
+    def _idle_batch(self) -> TokenBatch:
+        """One row of two tokens and no loss token: what a rank runs through the model while the
+        others still have micro-batches (a sharded model's passes are collectives)."""
+        zeros = torch.zeros((1, 2))
+        return TokenBatch(torch.zeros((1, 2), dtype=torch.long), torch.ones((1, 2), dtype=torch.long), zeros,
+                          zeros.clone()).to(self.device)
+
+    def _units(self) -> list[Any]:
+        from .sharding import sharded_units
+
+        return sharded_units(self.model, self.value_head)
+
     def _reduce_across_ranks(self, summed: dict[str, float]) -> dict[str, float]:
         """Sum every rank's gradients and weighted metrics (each already a share of the global
         batch), so that every rank holds the global batch's gradient and takes the same step.
 
         Data parallelism as DDP does it (an all-reduce of the gradients over the process
         group), written out because the ranks' micro-batch counts differ and some may have
-        no loss token at all, where DDP's one-sync-per-backward contract would hang."""
-        for param in self.parameters():
+        no loss token at all, where DDP's one-sync-per-backward contract would hang. Sharded
+        parameters are summed by FSDP's reduce-scatter already."""
+        for param in ([] if self.sharded else self.parameters()):
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
-        grads = [param.grad for param in self.parameters()]
-        flat = _all_reduce_sum(torch.cat([grad.reshape(-1).float() for grad in grads]))
-        offset = 0
-        for grad in grads:
-            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
-            offset += grad.numel()
+        grads = [] if self.sharded else [param.grad for param in self.parameters()]
+        if grads:
+            flat = _all_reduce_sum(torch.cat([grad.reshape(-1).float() for grad in grads]))
+            offset = 0
+            for grad in grads:
+                grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+                offset += grad.numel()
         import torch.distributed as dist
 
         every = [None] * dist.get_world_size()
@@ -256,8 +339,19 @@ class Learner:
     def save(self, folder: str | Path) -> None:
         """Write the model as an ordinary HF folder under `model/` (with LoRA: the adapter
         merged into a copy, so eval can load it; the adapter alone under `adapter/`), and the
-        optimizer and value-head state."""
+        optimizer and value-head state. Sharded, every rank calls it (the weights and optimizer
+        state are gathered) and rank 0 writes them whole: loadable at any world size."""
         out = Path(folder)
+        if self.sharded:
+            from .sharding import full_model_state, full_optimizer_state
+
+            model = self.gather_weights()
+            optimizer = full_optimizer_state(self._named(), self.optimizer)
+            value_head = full_model_state(self.value_head) if self.value_head is not None else None
+            if _rank() == 0:
+                model.save_pretrained(out / "model")
+                torch.save({"optimizer_by_name": optimizer, "value_head": value_head}, out / "learner.pt")
+            return
         if is_lora(self.model):
             self.model.save_pretrained(out / "adapter")
             copy.deepcopy(self.model).merge_and_unload().save_pretrained(out / "model")
@@ -270,8 +364,15 @@ class Learner:
 
     def load_state(self, folder: str | Path) -> None:
         """Restore the optimizer and value head saved by `save` (the model is loaded apart)."""
+        if self.sharded:
+            raise RuntimeError("load the learner's state before shard()")
         state = torch.load(Path(folder) / "learner.pt", weights_only=False)
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if "optimizer_by_name" in state:  # written by a sharded learner
+            from .sharding import load_optimizer_state
+
+            load_optimizer_state(self._named(), self.optimizer, state["optimizer_by_name"])
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
 

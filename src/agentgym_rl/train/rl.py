@@ -158,14 +158,16 @@ class RLTrainer(Trainer):
             self.kl_control.load_state_dict(state["kl_control"])
             if self.reference is not None and "reference" in state:
                 self.reference.load_state_dict(state["reference"])
-        self.policy = self.session.policy(cfg.algo.temperature)
-        self.val_policy = self.session.policy(cfg.eval.temperature)
         self.metrics = self.session.metrics
         self.metrics.truncate_after(start)
         if self.world > 1 and self.rank == 0:
             if state is None:
                 self.save(0)  # the weights (after the warm-up) every rank starts from
             distributed.broadcast(start)  # the other ranks wait for it in `_join_rank_zero`
+        if self.world > 1 and cfg.run.parallel == "fsdp":  # every rank now holds the same state
+            self.learner.shard()
+        self.policy = self.session.policy(cfg.algo.temperature)
+        self.val_policy = self.session.policy(cfg.eval.temperature)
         if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes
             torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)
         return start
@@ -221,9 +223,13 @@ class RLTrainer(Trainer):
                 trajectories = distributed.gather(played)
                 rolled = time.time()
                 update_metrics = self.update(trajectories, step)
+                weights = self.learner.gather_weights()
                 for policy in (self.policy, self.val_policy):  # the generators sample the new weights
-                    policy.sync_weights(self.learner.model)
+                    policy.sync_weights(weights)
+                save = (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps
                 if not main:
+                    if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
+                        self.save(step + 1)
                     continue
                 stats = summarize(trajectories)
                 self.metrics.log(step + 1, {
@@ -241,7 +247,7 @@ class RLTrainer(Trainer):
                     save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
                 if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
                     validations.append(self.validate(step + 1))
-                if (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps:
+                if save:
                     self.save(step + 1)
         finally:  # the environments kept for reuse (JVMs, server instances) go with the run
             self.engine.close()
@@ -416,7 +422,10 @@ class RLTrainer(Trainer):
         return {"step": step, **stats, "item_success": {item: sum(s) / len(s) for item, s in per_item.items()}}
 
     def save(self, step: int) -> None:
+        """Write `checkpoints/step_<step>/` (rank 0; with FSDP every rank calls it)."""
         model_dir = self.session.save(f"step_{step:06d}")
+        if self.rank > 0:
+            return
         folder = model_dir.parent
         state = {"step": step, "torch_rng": torch.get_rng_state(), "kl_control": self.kl_control.state_dict()}
         if self.reference is not None:

@@ -95,6 +95,8 @@ class Session:
     log: Callable[[str], Any] = print
     vllm_engine: Any = None
     """The vLLM engine the policies sample from with `rollout.generator: vllm` (made on first use)."""
+    writes: bool = True
+    """Whether this process writes the run folder (False: a `torchrun` rank > 0)."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -141,7 +143,7 @@ class Session:
         learner = Learner(model, config.optim, **learner_options)
         learner.load_state(checkpoint)
         metrics = MetricsLogger(run_dir) if writes else NoMetrics()  # writes=False: a torchrun rank > 0
-        return cls(config, run_dir, model, tokenizer, learner, metrics, device, log)
+        return cls(config, run_dir, model, tokenizer, learner, metrics, device, log, writes=writes)
 
     # ------------------------------------------------------------- using the model
     def policy(self, temperature: float) -> ModelPolicy:
@@ -153,7 +155,8 @@ class Session:
 
             encoder = ChatEncoder(self.tokenizer)
             return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder)
-        return model_policy(self.model, self.tokenizer, temperature, self.config.rollout.reuse_kv_cache)
+        rollout = self.config.rollout
+        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, rollout.reuse_kv_cache)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""
@@ -163,7 +166,7 @@ class Session:
             from ..agent.vllm_generator import VLLMEngine
 
             folder = self.run_dir / "vllm_model"  # vLLM starts from a model folder
-            self.model.save_pretrained(folder)
+            self.learner.rollout_model.save_pretrained(folder)
             self.tokenizer.save_pretrained(folder)
             self.vllm_engine = VLLMEngine(folder, self.config.run.dtype, max_model_len=self.config.rollout.max_context,
                                           seed=self.config.run.seed)
@@ -197,8 +200,9 @@ class Session:
         """Write `checkpoints/<name>/` (learner state, and `model/`, an HF folder `eval` loads);
         returns the model folder."""
         folder = self.run_dir / "checkpoints" / name
-        self.learner.save(folder)
-        self.tokenizer.save_pretrained(folder / "model")
+        self.learner.save(folder)  # sharded: every rank gathers, rank 0 writes
+        if self.writes:
+            self.tokenizer.save_pretrained(folder / "model")
         return folder / "model"
 
 
