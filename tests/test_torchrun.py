@@ -69,8 +69,9 @@ def test_a_sharded_run_trains_and_its_checkpoint_resumes_in_one_process(tmp_path
     model, _ = load_model_and_tokenizer(run_dir / "checkpoints" / "step_000002" / "model")
     assert model.config.hidden_size == 32
     # One process continues the 2-rank run from its checkpoint (PPO: the value head comes back too).
-    resumed = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", "train", str(REPO / "configs" / "babyai_grpo.yaml"),
-                              *run, "train.steps=3", "--resume"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    one_process = [sys.executable, "-m", "agentgym_rl.cli", "train", str(REPO / "configs" / "babyai_grpo.yaml")]
+    resumed = subprocess.run([*one_process, *run, "train.steps=3", "--resume"], capture_output=True, text=True,
+                             timeout=600, cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout
     steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

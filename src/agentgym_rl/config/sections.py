@@ -152,6 +152,13 @@ class RolloutConfig:
     (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
     (`Trajectory.right_tokens`). The RL trainer turns this on for `algo.invalid_turn_penalty`
     and `algo.right_token_coef`."""
+    workers: NonNegative = 0
+    """Ray actors that play an RL run's training rollouts, each with a copy of the model (synced
+    after every update) and its own environments (0: the trainer's process plays them;
+    validation always does). `rollout/ray_workers.py`."""
+    workers_address: str = "ray:local"
+    """The Ray instance of the workers: ray:local (started in this process), ray:auto (the
+    cluster this machine joined) or ray://HOST:PORT, with ?cpus=N the CPUs each reserves (1)."""
 
 
 @dataclass(config=SECTION)

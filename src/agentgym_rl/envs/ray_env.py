@@ -46,7 +46,7 @@ class _EnvHost:
         return True
 
 
-def parse_address(url: str) -> tuple[str | None, float]:
+def parse_address(url: str, default_cpus: float = DEFAULT_CPUS) -> tuple[str | None, float]:
     """(the address for `ray.init`, CPUs per actor) of a `ray:` URL (see the module docstring).
 
     Raises:
@@ -55,7 +55,7 @@ def parse_address(url: str) -> tuple[str | None, float]:
     parts = urlparse(url)
     query = parse_qs(parts.query)
     try:
-        cpus = float(query.get("cpus", [DEFAULT_CPUS])[0])
+        cpus = float(query.get("cpus", [default_cpus])[0])
     except ValueError:
         cpus = -1.0
     if cpus <= 0:
@@ -67,6 +67,24 @@ def parse_address(url: str) -> tuple[str | None, float]:
     raise ValueError(f"{url!r} is not a Ray address: use ray:local, ray:auto or ray://HOST:PORT")
 
 
+def actor_failure(error: Exception) -> str:
+    """The last line of why an actor died (a `RayActorError`): the exception its constructor or
+    method raised, when there was one."""
+    cause = getattr(error, "error_msg", "") or str(error)
+    last = [line for line in cause.splitlines() if line.strip()][-1:]
+    return last[0] if last else cause
+
+
+def connect(address: str | None) -> None:
+    """Join the Ray instance at `address` (`parse_address`'s), or start one here for None; once
+    per process."""
+    import ray
+
+    with _INIT_LOCK:
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+
+
 def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str, timeout: float,
                 instruction: str = "", spec_limit: int = 0) -> Callable[[], TextEnv]:
     """A function making `RayEnv`s of `env_id` (its class `entry_point` built with `kwargs`) on
@@ -75,9 +93,7 @@ def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str,
     import ray
 
     address, cpus = parse_address(url)
-    with _INIT_LOCK:
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    connect(address)
     host = ray.remote(num_cpus=cpus)(_EnvHost)
 
     def factory() -> TextEnv:
@@ -132,9 +148,7 @@ class RayEnv(TextEnv):
         try:
             ray.get(self._actor.ready.remote(), timeout=self.timeout)
         except RayActorError as error:
-            cause = getattr(error, "error_msg", "") or str(error)
-            last = [line for line in cause.splitlines() if line.strip()][-1:]
-            raise ValueError(f"the environment could not be built in its actor: {last[0] if last else cause}") from None
+            raise ValueError(f"the environment could not be built in its actor: {actor_failure(error)}") from None
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         return self._call("reset", item_id, seed)

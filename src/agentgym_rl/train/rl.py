@@ -128,6 +128,16 @@ class RLTrainer(Trainer):
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
+        self.workers = None  # Ray rollout workers (`rollout.workers`), started with the model
+        if config.rollout.workers:
+            from ..envs.ray_env import parse_address
+
+            if config.rollout.generator != "hf":
+                raise UserError("rollout.workers generate with transformers in each worker: use rollout.generator: hf")
+            try:
+                parse_address(config.rollout.workers_address)
+            except ValueError as error:
+                raise UserError(f"rollout.workers_address: {error}") from None
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
@@ -168,9 +178,30 @@ class RLTrainer(Trainer):
             self.learner.shard()
         self.policy = self.session.policy(cfg.algo.temperature)
         self.val_policy = self.session.policy(cfg.eval.temperature)
+        if cfg.rollout.workers:
+            self.workers = self._start_workers()
         if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes
             torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)
         return start
+
+    def _start_workers(self) -> Any:
+        from ..rollout.ray_workers import RayRollouts
+
+        cfg = self.config
+        env = {"id": cfg.env.id, "kwargs": cfg.env.kwargs, "urls": cfg.env.urls, "timeout": cfg.env.server_timeout,
+               "invalid_action_penalty": cfg.env.invalid_action_penalty}
+        self.log(f"starting {cfg.rollout.workers} Ray rollout workers ({cfg.rollout.workers_address})")
+        return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,
+                           self.tokenizer, env, self.engine.config, cfg.algo.temperature)
+
+    def _play(self, tasks: list, horizon: int) -> list[Trajectory]:
+        """A step's training episodes: `group_size` samples of each task, in the Ray workers or here."""
+        cfg = self.config
+        if self.workers is None:
+            return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed)
+        # The workers' sampling seed comes from the trainer's random state, which a resume restores.
+        sampling_seed = int(torch.randint(2**31 - 1, ()))
+        return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
     def _join_rank_zero(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], int]:
         """A rank > 0's session: the model, optimizer and trainer state of the checkpoint at the
@@ -217,15 +248,16 @@ class RLTrainer(Trainer):
                 began = time.time()
                 # Each rank plays its share of the step's tasks (whole groups); all see every trajectory.
                 mine = self.sample_tasks(step)[self.rank::self.world]
-                played = self.engine.run(mine, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed)
+                played = self._play(mine, horizon)
                 for trajectory in played:  # the group is the task's index in the whole step, as in one process
                     trajectory.group = self.rank + trajectory.group * self.world
                 trajectories = distributed.gather(played)
                 rolled = time.time()
                 update_metrics = self.update(trajectories, step)
                 weights = self.learner.gather_weights()
-                for policy in (self.policy, self.val_policy):  # the generators sample the new weights
-                    policy.sync_weights(weights)
+                for policy in (self.policy, self.val_policy, self.workers):  # the generators sample the new weights
+                    if policy is not None:
+                        policy.sync_weights(weights)
                 save = (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
@@ -252,6 +284,8 @@ class RLTrainer(Trainer):
         finally:  # the environments kept for reuse (JVMs, server instances) go with the run
             self.engine.close()
             self.val_engine.close()
+            if self.workers is not None:
+                self.workers.close()
         self.metrics.close()
         ran = cfg.train.steps - start
         if idle:
