@@ -1,5 +1,6 @@
 """TextCraft, Web and SciWorld end to end through the CLI with the tiny model: collect expert
-episodes, train one RL step from scratch, evaluate the checkpoint.
+episodes, train one RL step from scratch with the env's recipe (`configs/<env>_grpo.yaml`) on a
+tiny budget, evaluate the checkpoint.
 
 Each SciWorld episode starts its own JVM (seconds each on a busy 2-core machine), so the
 runs are as small as the commands allow: 1 corpus episode, 2 tasks × 2 samples of 2 turns,
@@ -39,8 +40,10 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert len(records) == 2 and all(r["success"] for r in records)
     assert all(len(r["conversations"]) > 2 for r in records)
 
-    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"),
-                         f"env.id={env_id}", *TINY_RUN, f"run.output_dir={tmp_path}", "run.name=run")
+    # The env's own recipe, cut to a tiny budget (its env arguments kept).
+    tiny = [override for override in TINY_RUN if not override.startswith("env.kwargs")]
+    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / f"{env_id}_grpo.yaml"), *tiny,
+                         f"run.output_dir={tmp_path}", "run.name=run")
     assert code == 0, err[-3000:]
     run_dir = tmp_path / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -24,7 +24,8 @@ from agentgym_rl.train.batch import collate
 from agentgym_rl.train.learner import token_logprobs
 from agentgym_rl.train.packing import collate_packed, pack
 from agentgym_rl.train.learner import Learner, OptimConfig
-from agentgym_rl.train.finetune import lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs
+from agentgym_rl.train.finetune import (lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs,
+                                        with_context_loss)
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
@@ -160,6 +161,18 @@ def test_sft_epochs_follows_the_schedule_and_restores_the_lr(tiny_tokenizer):
     expected = [0.01 * 0.5 * (1 + math.cos(math.pi * s / 6)) for s in range(6)]
     assert seen == pytest.approx(expected)
     assert learner.optimizer.param_groups[0]["lr"] == 0.01
+
+
+def test_context_loss_weights_the_other_tokens_by_hand():
+    doc = Trajectory("e", "e_0", "c", input_ids=[5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 0])
+    weighted = with_context_loss(doc, 0.25)
+    assert weighted.loss_mask == [0.0, 0.25, 1.0, 1.0, 0.25]  # nothing predicts the first token
+    assert doc.loss_mask == [0, 0, 1, 1, 0]
+    batch = collate([weighted], pad_id=0)
+    logprobs = torch.tensor([[0.0, -1.0, -2.0, -3.0, -8.0]])
+    loss, _ = nll_loss(batch, {"logprobs": logprobs})
+    # (0.25 * 1 + 2 + 3 + 0.25 * 8) / (0.25 + 1 + 1 + 0.25) = 7.25 / 2.5; the replies alone: 2.5
+    assert loss.item() == pytest.approx(2.9)
 
 
 def test_packed_rows_score_each_document_as_if_alone(tiny_tokenizer):

@@ -257,3 +257,24 @@ def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
     assert sum(r["train/success"] for r in first) / 10 < 0.1
     assert sum(r["train/success"] for r in last) / 10 > 0.25
     assert sum(r["train/invalid_action_rate"] for r in last) < sum(r["train/invalid_action_rate"] for r in first)
+
+
+def test_a_warm_up_reads_its_demonstrations_from_a_file(tmp_path, capsys, monkeypatch):
+    from test_env_e2e import TINY_RUN
+    from test_imitation import cli
+
+    demos = tmp_path / "demos.jsonl"
+    code, _, err = cli(capsys, monkeypatch, "collect", "--env", "babyai", "--policy", "expert", "--episodes", "4",
+                       "--env-arg", "list_actions=false", "--out", str(demos))
+    assert code == 0, err[-2000:]
+    run = [*TINY_RUN, "env.id=babyai", "env.kwargs={list_actions: false}", f"warmup.path={demos}",
+           "warmup.episodes=4", "model.corpus_episodes=4", f"run.output_dir={tmp_path}"]
+    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run, "run.name=a")
+    assert code == 0, err[-2000:]
+    assert f"warm-up demonstrations from {demos}: 4 episodes, 4 successful" in out
+    assert "expert demonstrations" not in err  # nothing was played
+    assert "warm-up: 4 expert demonstrations" in out
+
+    code, _, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
+                       "env.id=textcraft", "env.kwargs={}", "run.name=b")
+    assert code == 2 and "holds episodes of babyai, not of the run's env 'textcraft'" in err

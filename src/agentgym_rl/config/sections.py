@@ -192,6 +192,12 @@ class FinetuneConfig:
     """Pack several conversations into one row of at most `pack_tokens` tokens, with
     attention that stays inside each conversation (block-diagonal causal mask)."""
     pack_tokens: Positive = 2048
+    context_loss_weight: NonNegativeFloat = 0.0
+    """Also train on predicting the other tokens (observations, chat markup), each weighted
+    this much against a reply token's 1 (0: replies only, as SFT usually is). Observations
+    repeat what they list (BabyAI's actions name the objects in view, TextCraft's recipes the
+    items): predicting them teaches a small model from scratch to copy from its context,
+    which its replies need. The reported loss is then the weighted mean over both."""
 
     def __post_init__(self) -> None:
         if self.packing and self.pack_tokens < self.max_tokens:
@@ -206,6 +212,11 @@ class WarmupConfig(FinetuneConfig):
 
     episodes: NonNegative = 0
     """Expert episodes on training items; the successful ones are the demonstrations."""
+    path: str | None = None
+    """A JSONL of episodes to warm up on instead of playing the expert (`agentgym-rl collect
+    --out`, AgentTraj or chat messages): its first `episodes` records, the successful ones, and
+    for the tiny model's tokenizer its first `model.corpus_episodes`. Runs that differ only
+    after the warm-up can share one collection."""
     thoughts: bool = True
     """Keep the demonstrations' ReAct thoughts. False trains replies of the `Action:` line alone:
     a templated thought (BabyAI's) adds no information but doubles the tokens generated per turn."""

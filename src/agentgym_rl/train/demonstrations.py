@@ -95,5 +95,5 @@ def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupC
     with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:
         losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
                             progress=bar.update, pack_tokens=pack_tokens, lr_schedule=warmup.optim.lr_schedule,
-                            warmup_steps=warmup.optim.lr_warmup_steps)
+                            warmup_steps=warmup.optim.lr_warmup_steps, context_weight=warmup.context_loss_weight)
     log(f"warm-up: {len(data)} expert demonstrations, {warmup.epochs} epochs, loss {losses[0]:.3f} -> {losses[-1]:.3f}")

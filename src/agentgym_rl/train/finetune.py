@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on conversations: loss on trained assistant tokens only.
+"""Supervised fine-tuning on conversations: loss on trained assistant tokens (and, weighted, the rest).
 
 Conversations are encoded by the same `ChatEncoder` rule as rollouts, so demonstrations and
 sampled trajectories share one token layout. The loss is the mean negative log-likelihood
@@ -7,11 +7,13 @@ over the loss-mask tokens of a batch:
     L = − Σ_{b,t} m[b,t] · log π(x[b,t] | x[b,<t]) / Σ_{b,t} m[b,t]
 
 where m is 1 on the tokens of assistant replies that carry loss (AgentGym's per-turn
-``loss: false`` turns stay in the context with m = 0).
+``loss: false`` turns stay in the context with m = 0) and, with a `context_loss_weight` w > 0,
+w on every other token (`with_context_loss`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -20,7 +22,6 @@ from typing import Any, Callable
 import torch
 
 from ..agent.chat import ChatEncoder
-from ..algos.masked import masked_mean
 from ..rollout.formats import sft_messages
 from ..rollout.trajectory import Trajectory
 from .batch import TokenBatch, collate
@@ -109,9 +110,19 @@ def prepare_sft_data(trajectories: list[Trajectory], max_tokens: int,
     return kept, stats
 
 
+def with_context_loss(trajectory: Trajectory, weight: float) -> Trajectory:
+    """`trajectory` whose loss mask also weights every other token `weight` (the replies keep
+    1; the first token, which nothing predicts, stays 0): a weighted token-mean loss."""
+    mask = [1.0 if trained else weight for trained in trajectory.loss_mask]
+    mask[0] = 0.0
+    return dataclasses.replace(trajectory, loss_mask=mask)
+
+
 def nll_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean negative log-likelihood over loss-mask tokens; outputs["logprobs"]: (B, T)."""
-    loss = -masked_mean(outputs["logprobs"], batch.loss_mask)
+    """Mean negative log-likelihood over loss-mask tokens, weighted by the mask's values (0/1
+    unless `with_context_loss` weighted the context); outputs["logprobs"]: (B, T)."""
+    mask = batch.loss_mask
+    loss = -(outputs["logprobs"] * mask).sum() / mask.sum().clamp(min=torch.finfo(mask.dtype).tiny)
     return loss, {}
 
 
@@ -182,7 +193,7 @@ def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: in
                seed: int = 0, progress: Any = None, pack_tokens: int = 0,
                on_step: Callable[[dict[str, float]], Any] | None = None,
                on_epoch: Callable[[int, float], Any] | None = None,
-               lr_schedule: str = "constant", warmup_steps: int = 0) -> list[float]:
+               lr_schedule: str = "constant", warmup_steps: int = 0, context_weight: float = 0.0) -> list[float]:
     """Train on `data` (encoded trajectories) for `epochs` passes, batches re-drawn each epoch.
 
     Args:
@@ -197,10 +208,14 @@ def sft_epochs(learner: Learner, data: list[Trajectory], pad_id: int, epochs: in
         on_epoch: called after each epoch with (epoch number from 1, its mean loss).
         lr_schedule, warmup_steps: the learning rate over these epochs' steps as a factor of
             the optimizer's (`lr_multiplier`).
+        context_weight: weight of the loss on the tokens outside the replies
+            (`with_context_loss`; 0: replies only).
     Returns:
         the mean loss of each epoch (mean of the steps' token-mean losses).
     """
     rng = random.Random(seed)
+    if context_weight > 0:
+        data = [with_context_loss(t, context_weight) for t in data]
     lengths = [len(t.input_ids) for t in data]
     total = epochs * len(plan_batches(lengths, batch_size, pack_tokens))
     base_lrs = [group["lr"] for group in learner.optimizer.param_groups]

@@ -80,7 +80,8 @@ class RFTTrainer(Trainer):
                 with tqdm(total=steps, desc=f"RFT round {round_}: fine-tuning", unit="step") as bar:
                     losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
                                         seed=seed * 1000 + round_, progress=bar.update, pack_tokens=pack_tokens,
-                                        lr_schedule=cfg.optim.lr_schedule, warmup_steps=cfg.optim.lr_warmup_steps)
+                                        lr_schedule=cfg.optim.lr_schedule, warmup_steps=cfg.optim.lr_warmup_steps,
+                                        context_weight=cfg.train.context_loss_weight)
             else:
                 self.log(f"round {round_}: no successful episode among {len(sampled)} samples; nothing to "
                          "fine-tune on (start from a model that sometimes succeeds, or raise rft.samples_per_item)")

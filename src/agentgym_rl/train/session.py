@@ -215,7 +215,9 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
     builds_tiny = config.model.path is None
     need = max(config.model.corpus_episodes if builds_tiny and corpus is None else 0, warmup_episodes)
     demos: list[Trajectory] = []
-    if need:
+    if need and warmup is not None and warmup.path:
+        demos = _demonstrations_file(warmup.path, config.env.id, log)
+    elif need:
         env = config.env
         with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
             demos = collect_expert(env.id, env.train_split, need, seed=config.run.seed, rollout=config.rollout,
@@ -233,3 +235,15 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
     if warmup_episodes:
         warm_up(model, tokenizer, demos, warmup, config.run.seed, log)
     return model, tokenizer
+
+
+def _demonstrations_file(path: str, env_id: str, log: Callable[[str], Any]) -> list[Trajectory]:
+    """The episodes of `warmup.path`, checked to be of the run's environment."""
+    from ..rollout.formats import load_conversations
+
+    demos = load_conversations(path)
+    others = sorted({t.env_id for t in demos if t.env_id and t.env_id != env_id})
+    if others:
+        raise UserError(f"warmup.path {path!r} holds episodes of {', '.join(others)}, not of the run's env {env_id!r}")
+    log(f"warm-up demonstrations from {path}: {len(demos)} episodes, {sum(t.success for t in demos)} successful")
+    return demos

@@ -100,7 +100,7 @@ class SFTTrainer(Trainer):
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
                                 seed=cfg.run.seed, progress=bar.update, pack_tokens=pack_tokens, on_step=on_step,
                                 on_epoch=on_epoch, lr_schedule=cfg.optim.lr_schedule,
-                                warmup_steps=cfg.optim.lr_warmup_steps)
+                                warmup_steps=cfg.optim.lr_warmup_steps, context_weight=cfg.train.context_loss_weight)
         folder = session.save("final")
         self.log(f"SFT: {cfg.train.epochs} epochs, {step} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}, "
                  f"{time.time() - began:.0f} s")
