@@ -374,3 +374,55 @@ def test_observations_without_the_action_list_still_answer_check_available_actio
     assert 'Available actions: ["turn left"' in obs and not info["invalid_action"]
     obs, *_ = env.step("turn left")
     assert "Available actions" not in obs
+
+
+@pytest.mark.parametrize("item", [0, 5, 25, 31])
+def test_a_color_permuted_observation_is_what_the_recolored_level_shows(item):
+    """`permute_colors` renames the text as recoloring the level's objects would: the renderer's
+    observation of the recolored level equals the renamed observation of the original."""
+    import random
+
+    from agentgym_rl.envs.babyai.augment import permute_colors
+
+    env = BabyAIEnv()
+    observation, _ = env.reset(item)
+    rng = random.Random(item)
+    [renamed] = permute_colors([{"role": "user", "content": observation}], random.Random(item))
+    # The same permutation, applied to the level itself.
+    from minigrid.core.constants import COLOR_NAMES
+
+    shuffled = list(COLOR_NAMES)
+    rng.shuffle(shuffled)
+    mapping = dict(zip(COLOR_NAMES, shuffled))
+    level = env.minigrid_env
+    for obj in level.grid.grid:
+        if obj is not None and obj.type != "wall":
+            obj.color = mapping[obj.color]
+    for color, new in mapping.items():
+        level.mission = level.mission.replace(f" {color} ", f" {{{new}}} ")
+    level.mission = level.mission.replace("{", "").replace("}", "")
+    assert _unordered(renamed["content"]) == _unordered(describe(observe(level), True))
+    assert renamed["content"] != observation or all(mapping[c] == c for c in COLOR_NAMES)
+
+
+def _unordered(observation: str) -> tuple:
+    """An observation with its lists as sets: objects at equal distance are listed by color name,
+    so renaming colors may swap two of them."""
+    goal, rest = observation.split("You can see: ", 1)
+    seen, rest = rest.split(". You are", 1)
+    state, actions = rest.split("Available actions: ")
+    return goal, frozenset(seen.split("; ")), state, frozenset(json.loads(actions))
+
+
+def test_permute_colors_renames_whole_words_only_and_alike_in_every_message():
+    import random
+
+    from agentgym_rl.envs.babyai.augment import permute_colors
+
+    messages = [{"role": "user", "content": "Your goal: go to the red ball. You entered; a grey key 1."},
+                {"role": "assistant", "content": "Action: go to red ball 1", "loss": True}]
+    renamed = permute_colors(messages, random.Random(3))
+    first, second = renamed[0]["content"], renamed[1]["content"]
+    red = first.split("go to the ")[1].split(" ")[0]
+    assert f"go to {red} ball 1" in second and "entered" in first and renamed[1]["loss"] is True
+    assert red != "red" or "grey key" not in first  # random.Random(3) moves at least one of them

@@ -124,6 +124,21 @@ def test_reset_shows_commands_and_goal_deterministically():
     assert crafting_commands(index) == lines
 
 
+def test_a_variant_shows_other_distractors_for_the_same_goal():
+    index = index_of("flint_and_steel")
+    needed = {r.text for r in load_recipe_book().tree("flint_and_steel")}
+    original = TextCraftEnv().reset(index)[0]
+    assert TextCraftEnv(variant=0).reset(index)[0] == original
+    shown = [TextCraftEnv(variant=v).reset(index)[0] for v in (1, 2)]
+    assert shown[0] != original and shown[1] != shown[0]
+    for obs in shown:
+        lines = obs.split("\n\n")[0].split("\n")[1:]
+        assert needed <= set(lines) and obs.endswith("Goal: craft flint and steel.")
+    assert TextCraftEnv(variant=1).reset(index)[0] == shown[0]  # a variant is fixed, not random per reset
+    with pytest.raises(ValueError, match="variant"):
+        TextCraftEnv(variant=-1)
+
+
 def test_reset_without_item_picks_a_train_item_from_the_seed(env):
     _, info = env.reset(seed=5)
     index = int(info["item_id"].removeprefix("textcraft_"))

@@ -278,3 +278,19 @@ def test_a_warm_up_reads_its_demonstrations_from_a_file(tmp_path, capsys, monkey
     code, _, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
                        "env.id=textcraft", "env.kwargs={}", "run.name=b")
     assert code == 2 and "holds episodes of babyai, not of the run's env 'textcraft'" in err
+
+    # With a color-permuted copy of each: twice the demonstrations.
+    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
+                         "warmup.augment=1", "run.name=c")
+    assert code == 0, err[-2000:]
+    assert "warm-up: 8 expert demonstrations (with 1 renamed copies of each)" in out
+
+
+def test_renamed_copies_of_an_env_without_them_are_a_user_error(tmp_path, capsys, monkeypatch):
+    from test_env_e2e import TINY_RUN
+    from test_imitation import cli
+
+    code, _, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "web_grpo.yaml"), *TINY_RUN,
+                       "warmup.episodes=2", "warmup.augment=1", f"run.output_dir={tmp_path}")
+    assert code == 2 and "environment 'web' has no renamed copies" in err and "babyai" in err
+    assert not (tmp_path / "web_grpo").exists()  # refused before any work

@@ -217,6 +217,10 @@ class WarmupConfig(FinetuneConfig):
     --out`, AgentTraj or chat messages): its first `episodes` records, the successful ones, and
     for the tiny model's tokenizer its first `model.corpus_episodes`. Runs that differ only
     after the warm-up can share one collection."""
+    augment: NonNegative = 0
+    """Also train on this many renamed copies of each demonstration, made by the environment
+    (BabyAI: its colors permuted; `EnvSpec.augment_entry_point`): more varied data at no cost of
+    play, and a model that must read names from the observation rather than recall them."""
     thoughts: bool = True
     """Keep the demonstrations' ReAct thoughts. False trains replies of the `Action:` line alone:
     a templated thought (BabyAI's) adds no information but doubles the tokens generated per turn."""

@@ -36,6 +36,9 @@ class EnvSpec:
             JVM, a browser, the network or a lock): an env server runs them on its event loop,
             the fastest way, while others run in threads so that a slow or hung call holds up
             only its own instance (`server.offload`).
+        augment_entry_point: "module:function" making a renamed copy of an episode's messages,
+            function(messages, rng) -> messages, an episode of the environment as well (e.g.
+            BabyAI's colors permuted); the warm-up trains on such copies (`warmup.augment`).
     """
 
     env_id: str
@@ -46,6 +49,7 @@ class EnvSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_parallel: int = 0
     pure_python: bool = False
+    augment_entry_point: str | None = None
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -214,6 +218,20 @@ def tasks(env_id: str, split: str, kwargs: dict[str, Any] | None = None) -> list
         raise UserError(f"the {split} tasks of {env_id!r}: {error}") from None
 
 
+def augmenter(env_id: str) -> Callable[[list[dict[str, Any]], Any], list[dict[str, Any]]]:
+    """The environment's episode-renaming function (`EnvSpec.augment_entry_point`).
+
+    Raises:
+        UserError: the environment has none.
+    """
+    env_spec = spec(env_id)
+    if env_spec.augment_entry_point is None:
+        with_one = [e for e in env_ids() if spec(e).augment_entry_point]
+        raise UserError(f"environment {env_id!r} has no renamed copies of its episodes (warmup.augment must be 0); "
+                        f"environments that have them: {', '.join(with_one) or 'none'}")
+    return load_entry_point(env_spec.augment_entry_point)
+
+
 def make_expert(env_id: str) -> Any:
     """The expert policy of an environment (see `agent.policies.Policy`)."""
     env_spec = spec(env_id)
@@ -230,6 +248,7 @@ register(
         max_turns=20,
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         pure_python=True,
+        augment_entry_point="agentgym_rl.envs.babyai.augment:permute_colors",
     )
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -77,11 +78,23 @@ def without_thoughts(trajectory: Trajectory) -> Trajectory:
     return replace(trajectory, messages=messages, input_ids=[], loss_mask=[], logprobs=[])
 
 
+def renamed_copies(trajectories: list[Trajectory], env_id: str, copies: int, seed: int) -> list[Trajectory]:
+    """`copies` renamed copies of each trajectory, text only (`registry.augmenter`), in rounds:
+    every trajectory's first copy, then every second one."""
+    rename = registry.augmenter(env_id)
+    rng = random.Random(f"{seed}-augment")
+    return [replace(t, messages=rename(t.messages, rng), input_ids=[], loss_mask=[], logprobs=[])
+            for _ in range(copies) for t in trajectories]
+
+
 def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupConfig, seed: int,
             log: Any = print) -> None:
     """SFT of `model` on the successful episodes among the first `warmup.episodes` of `demos`
-    (replies cut to their `Action:` line unless `warmup.thoughts`), with the warm-up's own optimizer."""
+    and `warmup.augment` renamed copies of each (replies cut to their `Action:` line unless
+    `warmup.thoughts`), with the warm-up's own optimizer."""
     successes = [t for t in demos[:warmup.episodes] if t.success]
+    if warmup.augment and successes:
+        successes += renamed_copies(successes, successes[0].env_id, warmup.augment, seed)
     if not warmup.thoughts:
         successes = [without_thoughts(t) for t in successes]
     data, _ = prepare_sft_data(successes, warmup.max_tokens, ChatEncoder(tokenizer))
@@ -96,4 +109,6 @@ def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupC
         losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
                             progress=bar.update, pack_tokens=pack_tokens, lr_schedule=warmup.optim.lr_schedule,
                             warmup_steps=warmup.optim.lr_warmup_steps, context_weight=warmup.context_loss_weight)
-    log(f"warm-up: {len(data)} expert demonstrations, {warmup.epochs} epochs, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+    copies = f" (with {warmup.augment} renamed copies of each)" if warmup.augment else ""
+    log(f"warm-up: {len(data)} expert demonstrations{copies}, {warmup.epochs} epochs, "
+        f"loss {losses[0]:.3f} -> {losses[-1]:.3f}")

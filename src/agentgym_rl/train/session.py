@@ -55,6 +55,9 @@ class Trainer:
         if config.eval.episodes:
             registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)
         check_model_path(config.model.path)
+        warmup = getattr(config, "warmup", None)
+        if warmup is not None and warmup.augment:
+            registry.augmenter(config.env.id)  # the environment makes renamed copies of its episodes
         if config.rollout.generator_url:
             raise UserError("rollout.generator_url samples from a served model, which cannot follow the "
                             "learner's updates: use it with eval or collect, not for training")

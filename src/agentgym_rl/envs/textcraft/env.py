@@ -54,7 +54,15 @@ class TextCraftEnv(TextEnv):
     env_id = ENV_ID
     instruction = INSTRUCTION
 
-    def __init__(self) -> None:
+    def __init__(self, variant: int = 0) -> None:
+        """Args:
+            variant: 0 shows each item's crafting commands as the original does; another
+                number draws other distractor recipes, in another order, for the same goals:
+                more diverse demonstrations of the training items (evaluate with 0).
+        """
+        if not isinstance(variant, int) or variant < 0:
+            raise ValueError(f"variant must be a non-negative integer; got {variant!r}")
+        self.variant = variant
         self.book: RecipeBook = load_recipe_book()
         self._goal: str | None = None
         self._commands: list[str] = []
@@ -83,7 +91,7 @@ class TextCraftEnv(TextEnv):
             index = parse_item_index(item_id, self.env_id)
         goal, depth = item_goal(index)
         self._goal = goal
-        self._commands = crafting_commands(index, self.book)
+        self._commands = crafting_commands(index, self.book, self.variant)
         self._inventory = {}
         self._done = False
         self._info = {

@@ -67,11 +67,12 @@ def item_goal(index: int) -> tuple[str, int]:
     return goals[index]
 
 
-def crafting_commands(index: int, book: RecipeBook | None = None) -> list[str]:
-    """The crafting commands shown for item `index` (needed recipes and distractors)."""
+def crafting_commands(index: int, book: RecipeBook | None = None, variant: int = 0) -> list[str]:
+    """The crafting commands shown for item `index` (needed recipes and distractors); a
+    `variant` other than 0 draws another set of distractors in another order for the same goal."""
     book = book or load_recipe_book()
     goal, _ = item_goal(index)
-    rng = random.Random(index)
+    rng = random.Random(index if variant == 0 else f"{index}/{variant}")
     needed = sorted({recipe.text for recipe in book.tree(goal)})
     ingredients = sorted({i.name for recipe in book.tree(goal) for i in recipe.inputs})
     candidates: set[str] = set()
