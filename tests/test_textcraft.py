@@ -302,3 +302,39 @@ def test_expert_recovers_after_random_actions():
                     break
             else:
                 pytest.fail(f"textcraft_{index} not solved after random actions")
+
+
+def test_renamed_items_keep_what_a_name_tells_the_rules():
+    from agentgym_rl.envs.textcraft.augment import rename_items
+    from agentgym_rl.envs.textcraft.recipes import display
+
+    book = load_recipe_book()
+    items = sorted(book.items | set(book.recipes))
+    messages = [{"role": "user", "content": "\n".join(display(i) for i in items)},
+                {"role": "user", "content": "\n".join(f"Crafted 1 minecraft:{i}" for i in items)}]
+    shown, ids = (m["content"].split("\n") for m in rename_items(messages, random.Random(0)))
+    renamed = dict(zip(items, (name.replace(" ", "_") for name in shown)))
+    assert sorted(renamed.values()) == items  # a permutation of the items
+    assert sum(old != new for old, new in renamed.items()) > len(items) // 2
+    for old, new in renamed.items():
+        assert ids[items.index(old)] == f"Crafted 1 minecraft:{new}"  # both forms alike
+        assert book.is_raw(new) == book.is_raw(old)
+        assert book.tag_of.get(new) == book.tag_of.get(old)  # oak planks stays a kind of planks
+
+
+def test_a_renamed_expert_episode_is_consistent():
+    from agentgym_rl.envs.textcraft.augment import rename_items
+
+    env, expert = TextCraftEnv(), TextCraftExpert()
+    observation, info = env.reset(index_of("flint_and_steel"))
+    messages = [{"role": "user", "content": observation}]
+    done = False
+    while not done:
+        action = expert.act(env)
+        reply, _, done, _, _ = env.step(action)
+        messages += [{"role": "assistant", "content": action}, {"role": "user", "content": reply}]
+    renamed = rename_items(messages, random.Random(5))
+    goal = renamed[0]["content"].rsplit("Goal: craft ", 1)[1].rstrip(".")
+    assert goal != "flint and steel"
+    assert f"craft 1 {goal} using" in renamed[-2]["content"]
+    assert renamed[-1]["content"] == f"Crafted 1 minecraft:{goal.replace(' ', '_')}"

@@ -260,6 +260,7 @@ register(
         max_turns=20,  # AgentGym-RL's TextCraft horizon; the expert needs at most 20 on split items
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         pure_python=True,
+        augment_entry_point="agentgym_rl.envs.textcraft.augment:rename_items",
     )
 )
 
