@@ -66,3 +66,17 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
         assert key in summary
     assert (summary["env"], summary["split"], summary["episodes"], summary["errors"]) == (env_id, "test", 2, 0)
     assert 0.0 <= summary["success"] <= summary["pass_at_k"] <= 1.0
+
+
+@pytest.mark.parametrize("recipe", ["babyai_strong"])
+def test_a_strong_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypatch, recipe):
+    """The recipe's own code path (its warm-up with the observation loss, the curriculum, the
+    20-turn validation) with everything cut small."""
+    tiny = [override for override in TINY_RUN if not override.startswith(("env.kwargs", "warmup.episodes"))]
+    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / f"{recipe}.yaml"), *tiny,
+                         "warmup.episodes=4", "warmup.epochs=1", "model.corpus_episodes=4",
+                         f"run.output_dir={tmp_path}", "run.name=run")
+    assert code == 0, err[-3000:]
+    assert "warm-up: " in out and "expert demonstrations" in out
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "train/success" in r] == [1] and rows[-1]["train/errors"] == 0

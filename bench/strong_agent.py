@@ -1,0 +1,164 @@
+"""The strong-agent study: a recipe's arms × seeds, each run timed, scored after the warm-up
+and after RL on the whole test split, and summarised with paired standard errors and a plot.
+
+Run by hand; its tables go into docs/RESULTS.md with the command, machine and date.
+
+    python bench/strong_agent.py bench/studies/babyai_strong.yaml [--seeds 0 1 2] [--out runs/study]
+    python bench/strong_agent.py bench/studies/babyai_horizon.yaml --set model.path=WARMED_UP_MODEL
+
+A study file names a recipe, the seeds and its arms (overrides put on the recipe):
+
+    config: configs/babyai_strong.yaml
+    seeds: [0, 1, 2]
+    pass_k: 4                      # Pass@k at temperature 1 of each arm's final model (0: skip)
+    arms:
+      recipe: []                   # warm-up then RL, as the recipe says
+      imitation: [train.steps=1, warmup.epochs=6]   # imitation alone in about the same time
+
+Each run is `agentgym-rl train` under `/usr/bin/time -v` (wall time, peak memory); "after the
+warm-up" is its validation at step 0, "final" its last validation (greedy, the recipe's `eval`).
+A run folder that already has its report is not run again, so a study can be resumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from agentgym_rl.quickstart import paired_difference
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "agentgym_rl.cli"]
+
+
+def _item_success(path: Path) -> dict[str, float]:
+    per_item: dict[str, list[bool]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        per_item.setdefault(record["item_id"], []).append(bool(record["success"]))
+    return {item: sum(s) / len(s) for item, s in per_item.items()}
+
+
+def _timed(command: list[str], log: Path) -> dict[str, float]:
+    """Run `command` under GNU time, output to `log`; (wall seconds, peak RSS in GB)."""
+    with log.open("w") as out:
+        result = subprocess.run(["/usr/bin/time", "-v", *command], stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    text = log.read_text(errors="replace")
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({result.returncode}); see {log}")
+    clock = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", text).group(1)
+    seconds = 0.0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + float(part)
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1))
+    return {"wall_s": seconds, "peak_gb": rss_kb / 1024 ** 2}
+
+
+def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, pass_k: int) -> dict:
+    """One run of the study (or its saved report)."""
+    run_dir = out / name
+    report_path = run_dir / "study_report.json"
+    if report_path.is_file():
+        return json.loads(report_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    command = [*CLI, "train", config, *overrides, f"run.seed={seed}", f"run.name={name}", f"run.output_dir={out}"]
+    timing = _timed(command, out / f"{name}.log")
+    validations = sorted((run_dir / "validation").glob("step_*.jsonl"))
+    first, last = _item_success(validations[0]), _item_success(validations[-1])
+    report = {"name": name, "seed": seed, "overrides": overrides, "command": " ".join(command[2:]), **timing,
+              "warmup_success": sum(first.values()) / len(first), "final_success": sum(last.values()) / len(last),
+              "final_step": int(validations[-1].stem.split("_")[1]), "warmup_items": first, "final_items": last}
+    if pass_k:
+        summary = out / f"{name}_pass{pass_k}.json"
+        subprocess.run([*CLI, "eval", "--run", str(run_dir), "--samples", str(pass_k), "--temperature", "1",
+                        "--json", str(summary)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+        scored = json.loads(summary.read_text())
+        report.update({f"avg_at_{pass_k}": scored["success"], f"pass_at_{pass_k}": scored["pass_at_k"],
+                       "by_category": scored["by_category"]})
+    report_path.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def table(reports: dict[str, list[dict]], pass_k: int) -> str:
+    """Markdown: one row per arm × seed, then each arm's mean with the paired SE of the RL change."""
+    lines = ["| arm | seed | after warm-up | final | change (gained / lost, paired SE) | "
+             + (f"Pass@{pass_k} (T=1) | " if pass_k else "") + "wall | peak RSS |",
+             "|---|---|---|---|---|" + ("---|" if pass_k else "") + "---|---|"]
+    for arm, runs in reports.items():
+        for r in runs:
+            delta, se, gained, lost = paired_difference(r["warmup_items"], r["final_items"])
+            extra = f"{100 * r[f'pass_at_{pass_k}']:.1f}% | " if pass_k else ""
+            lines.append(f"| {arm} | {r['seed']} | {100 * r['warmup_success']:.1f}% | {100 * r['final_success']:.1f}% "
+                         f"| {100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) | {extra}"
+                         f"{r['wall_s'] / 60:.1f} min | {r['peak_gb']:.2f} GB |")
+        if len(runs) > 1:  # each item's change averaged over the seeds, then its paired SE
+            items = sorted(runs[0]["warmup_items"])
+            before = {i: sum(r["warmup_items"][i] for r in runs) / len(runs) for i in items}
+            after = {i: sum(r["final_items"][i] for r in runs) / len(runs) for i in items}
+            delta, se, _, _ = paired_difference(before, after)
+            mean = sum(r["final_success"] for r in runs) / len(runs)
+            start = sum(r["warmup_success"] for r in runs) / len(runs)
+            lines.append(f"| **{arm}, mean** | {len(runs)} | {100 * start:.1f}% | **{100 * mean:.1f}%** | "
+                         f"{100 * delta:+.1f} (SE {100 * se:.1f}) |" + (" |" if pass_k else "") + " | |")
+    return "\n".join(lines)
+
+
+def plot(reports: dict[str, list[dict]], out: Path) -> Path:
+    """Bars: each arm's success after the warm-up and at the end, mean over seeds, seeds as dots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(reports), 3.6))
+    for index, (arm, runs) in enumerate(reports.items()):
+        for offset, key, colour in ((-0.18, "warmup_success", "#9bb7d4"), (0.18, "final_success", "#2f6fad")):
+            values = [100 * r[key] for r in runs]
+            ax.bar(index + offset, sum(values) / len(values), width=0.34, color=colour,
+                   label=("after warm-up" if key == "warmup_success" else "final") if index == 0 else None)
+            ax.scatter([index + offset] * len(values), values, color="black", s=10, zorder=3)
+    ax.set_xticks(range(len(reports)), list(reports))
+    ax.set_ylabel("greedy test success (%)")
+    ax.set_ylim(0, 100)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    path = out / "study.png"
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", help="the study YAML (config, seeds, arms)")
+    parser.add_argument("--seeds", type=int, nargs="*", help="override the study's seeds")
+    parser.add_argument("--arms", nargs="*", help="run only these arms")
+    parser.add_argument("--out", default=None, help="folder of the runs (default runs/study_<name>)")
+    parser.add_argument("--set", nargs="*", default=[], help="overrides put on every arm, e.g. model.path=DIR")
+    args = parser.parse_args()
+    study = yaml.safe_load(Path(args.study).read_text())
+    seeds = args.seeds or study.get("seeds", [0])
+    pass_k = int(study.get("pass_k", 0))
+    out = Path(args.out or f"runs/study_{Path(args.study).stem}").resolve()
+    arms = {name: [*(overrides or []), *args.set] for name, overrides in study["arms"].items()
+            if not args.arms or name in args.arms}
+    reports: dict[str, list[dict]] = {}
+    for arm, overrides in arms.items():
+        for seed in seeds:
+            report = run_one(study["config"], overrides, seed, f"{arm}_s{seed}", out, pass_k)
+            reports.setdefault(arm, []).append(report)
+            print(f"{arm} seed {seed}: {100 * report['warmup_success']:.1f}% -> {100 * report['final_success']:.1f}% "
+                  f"in {report['wall_s'] / 60:.1f} min", flush=True)
+    text = table(reports, pass_k)
+    (out / "study.md").write_text(text + "\n")
+    print(text)
+    print(f"plot: {plot(reports, out)}")
+
+
+if __name__ == "__main__":
+    main()
