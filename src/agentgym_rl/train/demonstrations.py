@@ -79,8 +79,8 @@ def without_thoughts(trajectory: Trajectory) -> Trajectory:
 
 
 def renamed_copies(trajectories: list[Trajectory], env_id: str, copies: int, seed: int) -> list[Trajectory]:
-    """`copies` renamed copies of each trajectory, text only (`registry.augmenter`), in rounds:
-    every trajectory's first copy, then every second one."""
+    """`copies` renamed copies of each trajectory, text only (`registry.augmenter`): the first
+    copy of every trajectory, then the second copy of every trajectory, and so on."""
     rename = registry.augmenter(env_id)
     rng = random.Random(f"{seed}-augment")
     return [replace(t, messages=rename(t.messages, rng), input_ids=[], loss_mask=[], logprobs=[])
