@@ -53,6 +53,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py
 	$(BIN)/python bench/web_env.py
+	$(BIN)/python bench/viewer.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

@@ -217,6 +217,33 @@ def serve_model(
                 log_level="warning", access_log=False)
 
 
+@app.command()
+def view(
+    runs_dir: Path = typer.Argument(Path("runs"), help="The folder whose runs to show (run.output_dir)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default: the viewer has no "
+                             "authentication)."),
+    port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
+) -> None:
+    """Browse runs in a web browser: curves, trajectories turn by turn and token by token, and a
+    playground to play environments by hand or with a run's model."""
+    import uvicorn
+
+    from .ui.app import create_app
+
+    if not runs_dir.is_dir():
+        raise UserError(f"no runs folder {str(runs_dir)!r} (train something first, or pass the folder)")
+    typer.echo(f"viewing {runs_dir.resolve()} at http://{host}:{port}/  (Ctrl-C stops)")
+    uvicorn.run(create_app(runs_dir), host=host, port=port, log_level="warning", access_log=False)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
+    """Write RUN_DIR/report/index.html: the run's plots and its per-category table, one static page."""
+    from .ui.report import write_report
+
+    typer.echo(f"report: {write_report(run_dir)}")
+
+
 # The trainers' commands: a YAML config and key.sub=value overrides of it.
 CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")

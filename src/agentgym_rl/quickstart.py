@@ -11,6 +11,7 @@ from importlib import resources
 from .config import RLConfig, load_config
 from .eval.evaluate import format_table
 from .eval.plots import plot_run
+from .ui.report import write_report
 from .train.rl import RLTrainer
 
 QUICKSTART_CONFIG = resources.files("agentgym_rl") / "configs" / "quickstart.yaml"
@@ -62,4 +63,6 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
         f"(paired standard error {100 * noise:.1f} points over {n} items, validation temperature "
         f"{config.eval.temperature})")
     log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
+    log(f"report: {write_report(trainer.run_dir)}  (or browse every episode: agentgym-rl view "
+        f"{trainer.run_dir.parent})")
     return report

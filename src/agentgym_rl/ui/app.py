@@ -1,0 +1,217 @@
+"""The web viewer of a runs folder: `agentgym-rl view [RUNS_DIR]`.
+
+    GET  /                                      the single-page app (static/, shipped in the package)
+    GET  /api/runs                              every run: name, env, algorithm, steps, last metrics
+    GET  /api/runs/{run}                        its resolved config, metrics lines and their problems
+    GET  /api/runs/{run}/trajectories           summaries, filtered and paged (query below)
+    GET  /api/runs/{run}/trajectory             one whole trajectory, with its tokens decoded
+    GET  /api/envs                              the registered environments
+    POST /api/play                              a playground session: an env reset to an item
+    POST /api/play/{id}/step                    act by hand
+    POST /api/play/{id}/model                   let a run's latest checkpoint act
+    DELETE /api/play/{id}
+
+Only files under the runs folder are read: a run is named by its folder name (a direct child),
+a trajectory file by its split and step, a line by its number. A malformed line is listed as
+such; it is never an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from ..config import load_yaml
+from .index import SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, resolve_run, trajectory_files
+from .playground import MAX_ACTION_CHARS, Playground, PlaygroundError
+from .tokens import TokenViews
+
+STATIC = Path(__file__).parent / "static"
+MAX_PAGE = 500
+
+
+class JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class PlayRequest(BaseModel):
+    env_id: str
+    item_id: int | str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class ActRequest(BaseModel):
+    action: str = Field(max_length=MAX_ACTION_CHARS)
+
+
+class ModelRequest(BaseModel):
+    run: str
+    """The run whose newest checkpoint acts."""
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        config = load_yaml(run_dir / "config.yaml") or {}
+    except Exception as error:  # a half-written or hand-edited config: list the run anyway
+        config = {"problem": str(error)}
+    rows, _ = metrics_rows(run_dir)
+    algo = config.get("algo", {}).get("name") if isinstance(config.get("algo"), dict) else None
+    kind = algo or ("sft" if "sft" in config else "dpo" if "dpo" in config else None)
+    last = rows[-1] if rows else {}
+    return {
+        "name": run_dir.name,
+        "env": (config.get("env") or {}).get("id") if isinstance(config.get("env"), dict) else None,
+        "kind": kind,
+        "steps": last.get("step"),
+        "success": last.get("train/success"),
+        "validation": next((r["val/success"] for r in reversed(rows) if "val/success" in r), None),
+        "modified": (run_dir / "config.yaml").stat().st_mtime,
+    }
+
+
+def _matches(summary: dict[str, Any], env: str | None, item: str | None, category: str | None,
+             success: str | None) -> bool:
+    if env and summary.get("env_id") != env:
+        return False
+    if item and str(summary.get("item_id")) != item:
+        return False
+    if category and summary.get("category") != category:
+        return False
+    if success in ("true", "false") and ("malformed" in summary or bool(summary.get("success")) != (success == "true")):
+        return False
+    if success == "malformed" and "malformed" not in summary:
+        return False
+    return True
+
+
+def create_app(runs_dir: str | Path) -> FastAPI:
+    """The viewer app over `runs_dir` (read at every request: new runs and steps appear)."""
+    runs_dir = Path(runs_dir)
+    index = TrajectoryIndex()
+    tokens = TokenViews()
+    playground = Playground()
+    app = FastAPI(title="agentgym-rl viewer", default_response_class=JSON)
+
+    def run_dir(name: str) -> Path:
+        try:
+            return resolve_run(runs_dir, name)
+        except NotFound as error:
+            raise HTTPException(404, str(error)) from None
+
+    def file_of(run: Path, split: str, step: int) -> Path:
+        if split not in SPLITS:
+            raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
+        path = run / split / f"step_{step:06d}.jsonl"
+        if not path.is_file():
+            raise HTTPException(404, f"run {run.name!r} has no {split} of step {step}")
+        return path
+
+    @app.get("/", include_in_schema=False)
+    def home() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/api/runs")
+    def runs() -> dict[str, Any]:
+        return {"runs_dir": str(runs_dir), "runs": [_summary(p) for p in list_runs(runs_dir)]}
+
+    @app.get("/api/runs/{name}")
+    def run(name: str) -> dict[str, Any]:
+        folder = run_dir(name)
+        rows, problems = metrics_rows(folder)
+        try:
+            config = load_yaml(folder / "config.yaml")
+        except Exception as error:
+            config, problems = None, [*problems, f"config.yaml: {error}"]
+        files = [{"split": split, "step": step, "episodes": len(index.summaries(path))}
+                 for split, step, path in trajectory_files(folder)]
+        return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
+
+    @app.get("/api/runs/{name}/trajectories")
+    def trajectories(name: str, split: str | None = None, step: int | None = None, env: str | None = None,
+                     item: str | None = None, category: str | None = None,
+                     success: str | None = Query(None, pattern="^(true|false|malformed)$"),
+                     offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+        folder = run_dir(name)
+        if split is not None and split not in SPLITS:
+            raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
+        matched: list[dict[str, Any]] = []
+        categories: set[str] = set()
+        total = 0
+        for file_split, file_step, path in trajectory_files(folder):
+            if (split and file_split != split) or (step is not None and file_step != step):
+                continue
+            for line, summary in enumerate(index.summaries(path)):
+                if summary.get("category"):
+                    categories.add(str(summary["category"]))
+                if not _matches(summary, env, item, category, success):
+                    continue
+                if offset <= total < offset + limit:
+                    matched.append({"split": file_split, "step": file_step, "line": line, **summary})
+                total += 1
+        return {"total": total, "offset": offset, "rows": matched, "categories": sorted(categories)}
+
+    @app.get("/api/runs/{name}/trajectory")
+    def trajectory(name: str, split: str, step: int, line: int = Query(ge=0)) -> dict[str, Any]:
+        folder = run_dir(name)
+        path = file_of(folder, split, step)
+        try:
+            raw = index.line(path, line)
+        except NotFound as error:
+            raise HTTPException(404, str(error)) from None
+        summary = index.summaries(path)[line]
+        if "malformed" in summary:
+            return {"malformed": summary["malformed"], "raw": raw[:2000].decode("utf-8", "replace")}
+        record = orjson.loads(raw)
+        record["tokens"] = tokens.view(folder, record)
+        return record
+
+    @app.get("/api/envs")
+    def envs() -> dict[str, Any]:
+        return {"envs": playground.env_ids()}
+
+    @app.get("/api/envs/{env_id}/tasks")
+    def env_tasks(env_id: str, split: str = "test") -> dict[str, Any]:
+        try:
+            return {"tasks": playground.tasks(env_id, split)}
+        except PlaygroundError as error:
+            raise HTTPException(error.status, str(error)) from None
+
+    @app.post("/api/play")
+    def play(request: PlayRequest) -> dict[str, Any]:
+        try:
+            return playground.start(request.env_id, request.item_id, request.kwargs)
+        except PlaygroundError as error:
+            raise HTTPException(422, str(error)) from None
+
+    @app.post("/api/play/{session}/step")
+    def step(session: int, request: ActRequest) -> dict[str, Any]:
+        try:
+            return playground.step(session, request.action)
+        except PlaygroundError as error:
+            raise HTTPException(error.status, str(error)) from None
+
+    @app.post("/api/play/{session}/model")
+    def model_step(session: int, request: ModelRequest) -> dict[str, Any]:
+        folder = run_dir(request.run)
+        try:
+            return playground.model_step(session, folder)
+        except PlaygroundError as error:
+            raise HTTPException(error.status, str(error)) from None
+
+    @app.delete("/api/play/{session}")
+    def close(session: int) -> dict[str, Any]:
+        playground.close(session)
+        return {"closed": session}
+
+    return app

@@ -1,0 +1,158 @@
+"""What the viewer knows of a runs folder: its runs, and one short summary per trajectory line.
+
+Trajectory files are large (every token id, mask and logprob of every episode), so a file is
+parsed once and its summaries kept, keyed by the file's size and modification time; a file
+that only grew since (a run still training) is read from where the last read stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..runs import CONFIG, METRICS
+
+SPLITS = ("trajectories", "validation")
+"""The run sub-folders that hold trajectory files `step_NNNNNN.jsonl`."""
+
+SUMMARY_FIELDS = ("env_id", "item_id", "category", "success", "reward", "turns", "invalid_actions", "error")
+
+
+class NotFound(LookupError):
+    """A run, file or line that the runs folder does not hold."""
+
+
+def resolve_run(runs_dir: Path, name: str) -> Path:
+    """The run folder `runs_dir/name`; only a direct child holding a run (no path tricks)."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise NotFound(f"no run named {name!r}")
+    path = runs_dir / name
+    if path.resolve().parent != runs_dir.resolve() or not (path / CONFIG).is_file():
+        raise NotFound(f"no run named {name!r}")
+    return path
+
+
+def list_runs(runs_dir: Path) -> list[Path]:
+    """Run folders (children with a config.yaml, not links out of `runs_dir`), newest first."""
+    if not runs_dir.is_dir():
+        return []
+    inside = runs_dir.resolve()
+    found = [p for p in runs_dir.iterdir() if p.resolve().parent == inside and (p / CONFIG).is_file()]
+    return sorted(found, key=lambda p: (p / CONFIG).stat().st_mtime, reverse=True)
+
+
+def trajectory_files(run_dir: Path) -> list[tuple[str, int, Path]]:
+    """(split, step, path) of every `<split>/step_N.jsonl` of a run, by split then step."""
+    found = []
+    for split in SPLITS:
+        for path in sorted((run_dir / split).glob("step_*.jsonl")):
+            try:
+                step = int(path.stem.rsplit("_", 1)[-1])
+            except ValueError:
+                continue
+            found.append((split, step, path))
+    return found
+
+
+def summarize_line(raw: bytes) -> dict[str, Any]:
+    """The summary fields of one trajectory line; a line that is not a JSON object is
+    summarised as `{"malformed": reason}` (shown as such, never an error)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        return {"malformed": f"not JSON ({error.msg}, {len(raw)} bytes)"}
+    if not isinstance(data, dict):
+        return {"malformed": f"a JSON {type(data).__name__}, not an object"}
+    summary = {key: data.get(key) for key in SUMMARY_FIELDS}
+    if summary["turns"] is None and isinstance(data.get("turn_rewards"), list):
+        summary["turns"] = len(data["turn_rewards"])
+    return summary
+
+
+@dataclass
+class _FileSummaries:
+    size: int = 0
+    mtime: float = 0.0
+    offsets: list[int] = field(default_factory=list)
+    """Byte offset of each line: the complete ones, then the unfinished last one if any."""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    read_to: int = 0
+    """Offset after the last complete line."""
+
+
+class TrajectoryIndex:
+    """Summaries of every trajectory line under a runs folder, cached per file (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, _FileSummaries] = {}
+        self._lock = threading.Lock()
+
+    def summaries(self, path: Path) -> list[dict[str, Any]]:
+        """One summary per line of `path`. A last line without its newline is being written or
+        was cut off: summarised as it reads now (malformed if it does not parse) and read again
+        next time."""
+        stat = path.stat()
+        with self._lock:
+            cached = self._files.get(path)
+            if cached and cached.size == stat.st_size and cached.mtime == stat.st_mtime:
+                return cached.rows
+            if cached is None or stat.st_size < cached.read_to:
+                cached = _FileSummaries()
+            complete = len(cached.offsets) if cached.size == cached.read_to else len(cached.offsets) - 1
+            del cached.offsets[complete:], cached.rows[complete:]
+            with path.open("rb") as f:
+                f.seek(cached.read_to)
+                data = f.read()
+            *lines, tail = data.split(b"\n")
+            position = cached.read_to
+            for raw in lines:
+                cached.offsets.append(position)
+                cached.rows.append(summarize_line(raw) if raw.strip() else {"malformed": "an empty line"})
+                position += len(raw) + 1
+            cached.read_to = position
+            if tail.strip():
+                cached.offsets.append(position)
+                summary = summarize_line(tail)
+                if "malformed" in summary:
+                    summary["malformed"] = f"an unfinished last line (still being written, or cut off): " \
+                                           f"{summary['malformed']}"
+                cached.rows.append(summary)
+            cached.size, cached.mtime = cached.read_to + len(tail), stat.st_mtime
+            self._files[path] = cached
+            return cached.rows
+
+    def line(self, path: Path, number: int) -> bytes:
+        """The raw bytes of line `number` (0-based) of `path`."""
+        rows = self.summaries(path)
+        if not 0 <= number < len(rows):
+            raise NotFound(f"{path.name} has no line {number}")
+        offset = self._files[path].offsets[number]
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.readline().rstrip(b"\n")
+
+
+def metrics_rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The run's metrics lines and a note per malformed one (a run being written may end in half
+    a line)."""
+    path = run_dir / METRICS
+    rows, problems = [], []
+    if not path.is_file():
+        return rows, problems
+    for number, raw in enumerate(path.read_bytes().splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            row = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            problems.append(f"metrics.jsonl line {number} is not JSON")
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            problems.append(f"metrics.jsonl line {number} is not a JSON object")
+    return rows, problems

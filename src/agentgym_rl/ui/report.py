@@ -1,0 +1,73 @@
+"""`agentgym-rl report RUN_DIR`: one static HTML page of a run (self-contained, to mail or archive).
+
+It holds the training plot, the validation table per category at the first and the last
+validation, and the resolved config.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from ..errors import UserError
+from ..eval.metrics import summarize
+from ..eval.plots import plot_run
+from ..rollout.trajectory import load_trajectories
+from ..runs import CONFIG, read_metrics
+
+REPORT = "index.html"
+
+
+def _validation_summaries(run_dir: Path) -> list[tuple[int, dict]]:
+    """(step, `summarize` of its episodes) of the run's first and last validation."""
+    files = sorted((run_dir / "validation").glob("step_*.jsonl"))
+    chosen = files[:1] + files[1:][-1:]
+    found = []
+    for path in chosen:
+        trajectories = load_trajectories(path)
+        if trajectories:
+            found.append((int(path.stem.rsplit("_", 1)[-1]), summarize(trajectories)))
+    return found
+
+
+def _table(summaries: list[tuple[int, dict]]) -> str:
+    if not summaries:
+        return "<p>No validation episodes were recorded in this run.</p>"
+    categories = sorted({c for _, s in summaries for c in s["by_category"]})
+    head = "".join(f"<th>step {step}</th>" for step, _ in summaries)
+    rows = [f"<tr><td>{html.escape(c)}</td>" + "".join(
+        f"<td>{100 * s['by_category'][c]:.1f}%</td>" if c in s["by_category"] else "<td></td>" for _, s in summaries)
+        + "</tr>" for c in categories]
+    rows.append("<tr class='total'><td>all</td>" + "".join(
+        f"<td>{100 * s['success']:.1f}% of {s['episodes']}</td>" for _, s in summaries) + "</tr>")
+    rows.append("<tr><td>invalid actions</td>" + "".join(
+        f"<td>{100 * s['invalid_action_rate']:.1f}%</td>" for _, s in summaries) + "</tr>")
+    return f"<table><tr><th>category</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write `<run>/report/index.html`; returns its path."""
+    run = Path(run_dir)
+    if not (run / CONFIG).is_file():
+        raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
+    plot = ""
+    if read_metrics(run):
+        png = base64.b64encode(plot_run(run).read_bytes()).decode()
+        plot = f"<img alt='training curves' src='data:image/png;base64,{png}'>"
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(run.name)}: agentgym-rl report</title>
+<style>body{{font:14px/1.4 system-ui,sans-serif;margin:2em}}td,th{{padding:.2em .8em;border-bottom:1px solid #ddd;
+text-align:left}}table{{border-collapse:collapse}}tr.total{{font-weight:600}}pre{{background:#f6f6f6;padding:.6em}}
+img{{max-width:100%}}</style></head><body>
+<h1>{html.escape(run.name)}</h1>
+<h2>Training</h2>{plot or "<p>No metrics were logged.</p>"}
+<h2>Validation success per category</h2>{_table(_validation_summaries(run))}
+<h2>Config</h2><pre>{html.escape((run / CONFIG).read_text())}</pre>
+<p>Browse its trajectories with <code>agentgym-rl view {html.escape(str(run.parent))}</code>.</p>
+</body></html>
+"""
+    out = run / "report" / REPORT
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page)
+    return out

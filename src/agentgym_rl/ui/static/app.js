@@ -1,0 +1,314 @@
+// The viewer's single page: plain DOM, no build step. Every call goes to /api (see ui/app.py).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { runs: [], details: {}, ticked: new Set(), page: 0, pageSize: 100, session: null };
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
+
+async function api(path, options) {
+  const response = await fetch(path, options);
+  const body = await response.json().catch(() => ({ detail: response.statusText }));
+  if (!response.ok) {
+    const message = typeof body.detail === "string" ? body.detail : JSON.stringify(body.detail);
+    showError(message);
+    throw new Error(message);
+  }
+  $("error").textContent = "";
+  return body;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+}
+
+function el(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attributes)) {
+    if (key === "class") node.className = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value);
+  }
+  for (const child of children) node.append(child instanceof Node ? child : String(child ?? ""));
+  return node;
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  return String(value);
+}
+
+// ------------------------------------------------------------------ tabs
+
+for (const button of document.querySelectorAll("nav button")) {
+  button.addEventListener("click", () => showTab(button.dataset.tab));
+}
+
+function showTab(name) {
+  for (const b of document.querySelectorAll("nav button")) b.classList.toggle("active", b.dataset.tab === name);
+  for (const s of document.querySelectorAll(".tab")) s.classList.toggle("active", s.id === name);
+  location.hash = name;
+}
+
+// ------------------------------------------------------------------ runs
+
+async function loadRuns() {
+  const body = await api("/api/runs");
+  state.runs = body.runs;
+  $("runs-dir").textContent = body.runs_dir;
+  const rows = body.runs.map((run, i) => {
+    const box = el("input", { type: "checkbox", "data-run": run.name });
+    box.checked = i === 0;
+    if (box.checked) state.ticked.add(run.name);
+    box.addEventListener("change", () => {
+      box.checked ? state.ticked.add(run.name) : state.ticked.delete(run.name);
+      drawPlot();
+    });
+    return el("tr", { onclick: (e) => { if (e.target !== box) showConfig(run.name); } },
+      el("td", {}, box), el("td", {}, run.name), el("td", {}, run.env ?? ""), el("td", {}, run.kind ?? ""),
+      el("td", {}, fmt(run.steps)), el("td", {}, fmt(run.success)), el("td", {}, fmt(run.validation)));
+  });
+  $("run-table").querySelector("tbody").replaceChildren(...rows);
+  for (const select of [$("t-run"), $("p-run")]) {
+    select.replaceChildren(...body.runs.map((run) => el("option", { value: run.name }, run.name)));
+  }
+  if (body.runs.length) {
+    await showConfig(body.runs[0].name);
+    await loadTrajectoryRun();
+  }
+}
+
+async function details(name) {
+  if (!state.details[name]) state.details[name] = await api(`/api/runs/${encodeURIComponent(name)}`);
+  return state.details[name];
+}
+
+async function showConfig(name) {
+  const run = await details(name);
+  $("config-name").textContent = name;
+  $("config").textContent = JSON.stringify(run.config, null, 2);
+  $("problems").replaceChildren(...run.problems.map((p) => el("li", {}, `${name}: ${p}`)));
+  const keys = new Set();
+  for (const row of run.metrics) for (const [k, v] of Object.entries(row)) if (typeof v === "number" && k !== "step") keys.add(k);
+  const current = $("metric").value || (keys.has("train/success") ? "train/success" : [...keys].sort()[0]);
+  $("metric").replaceChildren(...[...keys].sort().map((k) => el("option", { value: k }, k)));
+  if (current) $("metric").value = current;
+  drawPlot();
+}
+
+$("metric").addEventListener("change", drawPlot);
+
+async function drawPlot() {
+  const key = $("metric").value;
+  const series = [];
+  for (const name of state.ticked) {
+    const run = await details(name);
+    const points = run.metrics.filter((r) => typeof r[key] === "number").map((r) => [r.step, r[key]]);
+    if (points.length) series.push({ name, points });
+  }
+  $("plot").replaceChildren(linePlot(series, key));
+}
+
+function linePlot(series, label) {
+  const width = 720, height = 300, left = 56, bottom = 30, top = 12, right = 12;
+  const svgNS = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(svgNS, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  const add = (tag, attrs, text) => {
+    const node = document.createElementNS(svgNS, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.append(node);
+    return node;
+  };
+  const all = series.flatMap((s) => s.points);
+  if (!all.length) {
+    add("text", { x: 20, y: 40 }, label ? `no ${label} logged by the ticked runs` : "no metrics yet");
+    return svg;
+  }
+  let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
+  let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
+  if (x0 === x1) x1 = x0 + 1;
+  if (y0 === y1) { y0 -= 0.5; y1 += 0.5; }
+  const sx = (x) => left + ((x - x0) / (x1 - x0)) * (width - left - right);
+  const sy = (y) => height - bottom - ((y - y0) / (y1 - y0)) * (height - top - bottom);
+  add("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, class: "axis" });
+  add("line", { x1: left, y1: top, x2: left, y2: height - bottom, class: "axis" });
+  for (const t of [0, 0.5, 1]) {
+    const y = y0 + t * (y1 - y0);
+    add("text", { x: 4, y: sy(y) + 4, class: "tick" }, fmt(y));
+    const x = Math.round(x0 + t * (x1 - x0));
+    add("text", { x: sx(x) - 8, y: height - 10, class: "tick" }, `step ${x}`);
+  }
+  series.forEach((s, i) => {
+    const color = COLORS[i % COLORS.length];
+    const d = s.points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
+    add("path", { d, stroke: color, fill: "none", "stroke-width": 1.8, "data-series": s.name });
+    add("text", { x: width - right - 200, y: top + 14 * (i + 1), fill: color, class: "legend" }, `${s.name}: ${label}`);
+  });
+  return svg;
+}
+
+// ------------------------------------------------------------------ trajectories
+
+async function loadTrajectoryRun() {
+  const run = await details($("t-run").value);
+  const steps = [...new Set(run.files.map((f) => f.step))].sort((a, b) => a - b);
+  $("t-step").replaceChildren(el("option", { value: "" }, "all"), ...steps.map((s) => el("option", { value: s }, s)));
+  state.page = 0;
+  await loadTrajectories();
+}
+
+async function loadTrajectories() {
+  const query = new URLSearchParams({ offset: state.page * state.pageSize, limit: state.pageSize });
+  const filters = { split: "t-split", step: "t-step", env: "t-env", item: "t-item", category: "t-category",
+    success: "t-success" };
+  for (const [key, id] of Object.entries(filters)) if ($(id).value) query.set(key, $(id).value.trim());
+  const name = $("t-run").value;
+  const body = await api(`/api/runs/${encodeURIComponent(name)}/trajectories?${query}`);
+  const chosen = $("t-category").value;
+  $("t-category").replaceChildren(el("option", { value: "" }, "all"), ...body.categories.map((c) => el("option", { value: c }, c)));
+  $("t-category").value = chosen;
+  const last = Math.min(body.offset + body.rows.length, body.total);
+  $("t-count").textContent = `${body.total} trajectories` + (body.total ? `, showing ${body.offset + 1}-${last}` : "");
+  const rows = body.rows.map((r) => el("tr", {
+    class: r.malformed ? "malformed" : r.success ? "ok" : "fail",
+    onclick: (e) => replay(name, r, e.shiftKey ? "pane-b" : "pane-a"),
+  }, el("td", {}, r.split), el("td", {}, r.step), el("td", {}, r.line),
+  ...(r.malformed
+    ? [el("td", { colspan: 6 }, `malformed line: ${r.malformed}`)]
+    : [el("td", {}, r.item_id), el("td", {}, r.category), el("td", {}, r.success ? "yes" : "no"),
+      el("td", {}, fmt(r.reward)), el("td", {}, fmt(r.turns)), el("td", {}, fmt(r.invalid_actions))])));
+  $("t-table").querySelector("tbody").replaceChildren(...rows);
+}
+
+for (const id of ["t-split", "t-step", "t-category", "t-success"]) {
+  $(id).addEventListener("change", () => { state.page = 0; loadTrajectories(); });
+}
+for (const id of ["t-env", "t-item"]) {
+  $(id).addEventListener("keyup", (e) => { if (e.key === "Enter") { state.page = 0; loadTrajectories(); } });
+  $(id).addEventListener("change", () => { state.page = 0; loadTrajectories(); });
+}
+$("t-run").addEventListener("change", loadTrajectoryRun);
+$("t-prev").addEventListener("click", () => { if (state.page > 0) { state.page--; loadTrajectories(); } });
+$("t-next").addEventListener("click", () => { state.page++; loadTrajectories(); });
+
+function splitReply(text) {
+  const thought = /Thought:\s*([\s\S]*?)(?=\n?Action:|$)/.exec(text);
+  const action = /Action:\s*([\s\S]*)$/.exec(text);
+  return { thought: thought ? thought[1].trim() : "", action: action ? action[1].trim() : text.trim() };
+}
+
+async function replay(run, row, paneId) {
+  const query = new URLSearchParams({ split: row.split, step: row.step, line: row.line });
+  const t = await api(`/api/runs/${encodeURIComponent(run)}/trajectory?${query}`);
+  const pane = $(paneId);
+  const title = el("h3", {}, `${run} · ${row.split} step ${row.step} · line ${row.line}`);
+  if (t.malformed) {
+    pane.replaceChildren(title, el("p", { class: "fail" }, `malformed line: ${t.malformed}`), el("pre", {}, t.raw));
+    return;
+  }
+  const head = el("p", {}, `${t.item_id} (${t.category}) · ${t.success ? "success" : "failure"} · reward ${fmt(t.reward)}`);
+  const turns = el("ol", { class: "turns", "data-testid": "turns" });
+  const rewards = t.turn_rewards || [];
+  let turn = 0;
+  for (const m of t.messages || []) {
+    if (m.role === "assistant") {
+      const { thought, action } = splitReply(m.content);
+      turns.lastChild?.append(
+        thought ? el("div", { class: "thought" }, `Thought: ${thought}`) : "",
+        el("div", { class: "action" }, `Action: ${action}`),
+        el("div", { class: "reward" }, `reward ${fmt(rewards[turn] ?? 0)}`));
+      turn++;
+    } else {
+      turns.append(el("li", { class: m.role }, el("pre", { class: "observation" }, m.content)));
+    }
+  }
+  pane.replaceChildren(title, head, turns, tokenView(t.tokens));
+}
+
+function tokenView(tokens) {
+  const box = el("div", { class: "tokens", "data-testid": "tokens" });
+  if (!tokens || tokens.note) {
+    box.append(el("p", { class: "hint" }, tokens ? tokens.note : "no tokens"));
+    return box;
+  }
+  box.append(el("p", { class: "hint" }, "tokens: highlighted ones carry the loss (loss mask 1); hover for the logprob"));
+  tokens.text.forEach((text, i) => {
+    const lp = tokens.logprob[i];
+    box.append(el("span", {
+      class: tokens.mask[i] ? "tok masked" : "tok",
+      title: `#${i} id mask=${tokens.mask[i]}` + (lp === null || lp === undefined ? "" : ` logprob=${lp.toFixed(3)}`),
+    }, text));
+  });
+  return box;
+}
+
+// ------------------------------------------------------------------ playground
+
+async function loadEnvs() {
+  const body = await api("/api/envs");
+  $("p-env").replaceChildren(...body.envs.map((e) => el("option", { value: e.id }, e.id)));
+  await loadItems();
+}
+
+async function loadItems() {
+  $("p-item").replaceChildren();
+  const query = new URLSearchParams({ split: $("p-split").value });
+  try {
+    const body = await api(`/api/envs/${encodeURIComponent($("p-env").value)}/tasks?${query}`);
+    $("p-item").replaceChildren(...body.tasks.slice(0, 500).map((t) => el("option", { value: t.item_id }, `${t.item_id} (${t.category})`)));
+  } catch (error) { /* shown in the error line */ }
+}
+
+$("p-env").addEventListener("change", loadItems);
+$("p-split").addEventListener("change", loadItems);
+
+$("p-start").addEventListener("click", async () => {
+  let kwargs;
+  try { kwargs = JSON.parse($("p-kwargs").value || "{}"); } catch (e) { showError(`env kwargs are not JSON: ${e.message}`); return; }
+  if (state.session) fetch(`/api/play/${state.session}`, { method: "DELETE" });
+  const body = await api("/api/play", { method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ env_id: $("p-env").value, item_id: $("p-item").value || null, kwargs }) });
+  state.session = body.session;
+  showPlay(body);
+});
+
+async function act(action) {
+  if (!state.session) { showError("start an episode first"); return; }
+  const body = await api(`/api/play/${state.session}/step`, { method: "POST",
+    headers: { "content-type": "application/json" }, body: JSON.stringify({ action }) });
+  showPlay(body);
+}
+
+$("p-send").addEventListener("click", () => act($("p-action").value));
+$("p-action").addEventListener("keyup", (e) => { if (e.key === "Enter") act($("p-action").value); });
+$("p-model").addEventListener("click", async () => {
+  if (!state.session) { showError("start an episode first"); return; }
+  $("p-status").textContent = "the model is thinking...";
+  try {
+    const body = await api(`/api/play/${state.session}/model`, { method: "POST",
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ run: $("p-run").value }) });
+    showPlay(body);
+  } finally { if ($("p-status").textContent.startsWith("the model")) $("p-status").textContent = ""; }
+});
+
+function showPlay(body) {
+  const log = body.messages.map((m) => el("div", { class: `msg ${m.role}` }, el("b", {}, m.role === "user" ? "env" : "agent"), el("pre", {}, m.content)));
+  $("p-log").replaceChildren(...log);
+  $("p-log").scrollTop = $("p-log").scrollHeight;
+  $("p-actions").replaceChildren(...(body.available_actions || []).map((a) => el("button", { onclick: () => act(a) }, a)));
+  $("p-status").textContent = `${body.item_id} · turn ${(body.messages.length - 1) / 2} · reward ${fmt(body.total_reward)}` +
+    (body.done ? " · episode over" : "");
+  const image = body.image || body.screenshot;
+  $("p-image").src = image ? `data:image/png;base64,${image}` : "";
+  $("p-action").value = "";
+}
+
+// ------------------------------------------------------------------ start
+
+loadRuns().catch(() => {});
+loadEnvs().catch(() => {});
+if (location.hash) showTab(location.hash.slice(1));

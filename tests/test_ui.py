@@ -1,0 +1,243 @@
+"""The web viewer (`agentgym-rl view`) and the run report, over a real run folder made by a short
+BabyAI training run through the CLI: the API by hand, then the pages in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from test_env_e2e import TINY_RUN
+from test_cli import run
+from test_imitation import cli, ok
+from test_server import serving_app
+
+from agentgym_rl.agent.loading import load_tokenizer
+from agentgym_rl.ui.app import create_app
+from agentgym_rl.ui.index import TrajectoryIndex
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / "test-artifacts" / "ui"
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory):
+    """runs/run: 2 GRPO steps on BabyAI with a validation before and after, then a broken line
+    in the middle of a trajectory file and a cut-off one at the end of another."""
+    runs = tmp_path_factory.mktemp("runs")
+    ok(run("train", str(REPO / "configs" / "babyai_grpo.yaml"),
+           *[o for o in TINY_RUN if not o.startswith(("train.steps", "eval.", "env.kwargs"))],
+           "env.kwargs={list_actions: true}", "train.steps=2", "train.validate_every=2", "eval.episodes=3",
+           "eval.max_turns=3", f"run.output_dir={runs}", "run.name=run"))
+    first = runs / "run" / "trajectories" / "step_000001.jsonl"
+    lines = first.read_text().splitlines()
+    first.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
+    second = runs / "run" / "trajectories" / "step_000002.jsonl"
+    second.write_text(second.read_text() + '{"env_id": "babyai", "item_id": "babyai_9", "mess')
+    return runs
+
+
+@pytest.fixture(scope="module")
+def client(runs_dir):
+    return TestClient(create_app(runs_dir))
+
+
+# ------------------------------------------------------------------ the index, by hand
+
+
+def test_index_reads_a_growing_file_and_marks_broken_lines(tmp_path):
+    path = tmp_path / "step_000001.jsonl"
+    good = json.dumps({"env_id": "e", "item_id": "e_1", "category": "c", "success": True, "turn_rewards": [0, 1]})
+    path.write_text(good + "\n[1, 2]\n\n" + good[:20])
+    index = TrajectoryIndex()
+    rows = index.summaries(path)
+    assert rows[0] == {"env_id": "e", "item_id": "e_1", "category": "c", "success": True, "reward": None,
+                       "turns": 2, "invalid_actions": None, "error": None}
+    assert rows[1] == {"malformed": "a JSON list, not an object"}
+    assert rows[2] == {"malformed": "an empty line"}
+    assert rows[3]["malformed"].startswith("an unfinished last line")
+    # The writer finishes its line and adds one: the new lines are read, the old ones kept.
+    path.write_text(path.read_text() + good[20:] + "\n" + good + "\n")
+    rows = index.summaries(path)
+    assert len(rows) == 5 and rows[3]["item_id"] == "e_1" and rows[4]["success"] is True
+    assert json.loads(index.line(path, 3)) == json.loads(good)
+    # A file rewritten shorter (a resumed run truncates) is read afresh.
+    path.write_text(good + "\n")
+    assert len(index.summaries(path)) == 1
+
+
+# ------------------------------------------------------------------ the API
+
+
+def test_runs_and_their_metrics(client):
+    runs = client.get("/api/runs").json()["runs"]
+    assert [(r["name"], r["env"], r["kind"], r["steps"]) for r in runs] == [("run", "babyai", "grpo", 2)]
+    run = client.get("/api/runs/run").json()
+    assert sorted({row["step"] for row in run["metrics"]}) == [0, 1, 2] and run["problems"] == []
+    assert run["config"]["train"]["steps"] == 2
+    assert {(f["split"], f["step"]) for f in run["files"]} == {
+        ("trajectories", 1), ("trajectories", 2), ("validation", 0), ("validation", 2)}
+
+
+def test_filters_narrow_and_pages_partition_the_list(client, runs_dir):
+    def get(**query):
+        response = client.get("/api/runs/run/trajectories", params=query)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    everything = get(limit=500)
+    # 2 steps x 2 tasks x 2 samples, 3 validation episodes twice, one broken and one cut-off line.
+    assert everything["total"] == 4 + 1 + 4 + 1 + 3 + 3
+    assert get(split="validation")["total"] == 6
+    assert get(split="trajectories", step=2)["total"] == 5
+    malformed = get(success="malformed")["rows"]
+    assert [(r["step"], r["line"]) for r in malformed] == [(1, 2), (2, 4)]
+    assert "not JSON" in malformed[0]["malformed"] and "unfinished" in malformed[1]["malformed"]
+    item = next(r["item_id"] for r in everything["rows"] if "item_id" in r)
+    by_item = get(item=item)["rows"]
+    assert by_item and all(r["item_id"] == item for r in by_item)
+    wins, losses = get(success="true")["total"], get(success="false")["total"]
+    assert wins + losses + 2 == everything["total"]
+    pages = [get(offset=offset, limit=4)["rows"] for offset in range(0, everything["total"], 4)]
+    assert [(r["split"], r["step"], r["line"]) for page in pages for r in page] == [
+        (r["split"], r["step"], r["line"]) for r in everything["rows"]]
+    assert client.get("/api/runs/run/trajectories", params={"success": "maybe"}).status_code == 422
+
+
+def test_a_trajectory_comes_with_its_tokens_masks_and_logprobs(client, runs_dir):
+    t = client.get("/api/runs/run/trajectory", params={"split": "trajectories", "step": 1, "line": 0}).json()
+    tokens = t["tokens"]
+    assert len(tokens["text"]) == len(t["input_ids"]) and tokens["mask"] == t["loss_mask"]
+    tokenizer = load_tokenizer(runs_dir / "run" / "base_model")
+    assert "".join(tokens["text"]) == tokenizer.decode(t["input_ids"])
+    assert all((lp is not None) == bool(m) for lp, m in zip(tokens["logprob"], tokens["mask"]))
+    assert all(lp <= 0 for lp in tokens["logprob"] if lp is not None)
+    broken = client.get("/api/runs/run/trajectory", params={"split": "trajectories", "step": 1, "line": 2}).json()
+    assert broken == {"malformed": broken["malformed"], "raw": "{not json"}
+    missing = client.get("/api/runs/run/trajectory", params={"split": "trajectories", "step": 1, "line": 99})
+    assert missing.status_code == 404
+
+
+def test_only_files_under_the_runs_folder_are_served(client, runs_dir, tmp_path):
+    outside = tmp_path / "outside"
+    (outside / "trajectories").mkdir(parents=True)
+    (outside / "config.yaml").write_text("secret: 1\n")
+    (outside / "trajectories" / "step_000001.jsonl").write_text('{"env_id": "secret"}\n')
+    os.symlink(outside, runs_dir / "linked")
+    try:
+        for path in ["/api/runs/..", "/api/runs/%2e%2e", "/api/runs/..%2Foutside", "/api/runs/linked",
+                     f"/api/runs/{outside}", "/api/runs/run%2F..%2F..", "/api/runs/linked/trajectories"]:
+            response = client.get(path)
+            assert response.status_code == 404, path
+            assert "secret" not in response.text
+        for split in ["../../outside/trajectories", "/etc", "config.yaml"]:
+            response = client.get("/api/runs/run/trajectory", params={"split": split, "step": 1, "line": 0})
+            assert response.status_code == 422 and "secret" not in response.text
+        for path in ["/static/../index.py", "/static/%2e%2e/index.py", "/static/..%2Findex.py"]:
+            assert client.get(path).status_code == 404, path
+        assert [r["name"] for r in client.get("/api/runs").json()["runs"]] == ["run"]
+    finally:
+        (runs_dir / "linked").unlink()
+
+
+def test_playground_by_hand_and_by_the_runs_model(client):
+    started = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3"})
+    assert started.status_code == 200, started.text
+    body = started.json()
+    assert body["messages"][0]["content"].startswith("Your goal:") and body["image"]
+    assert "turn left" in body["available_actions"]
+    session = body["session"]
+    stepped = client.post(f"/api/play/{session}/step", json={"action": "turn left"}).json()
+    assert [m["role"] for m in stepped["messages"]] == ["user", "assistant", "user"]
+    assert stepped["messages"][1]["content"] == "turn left" and stepped["image"] != body["image"]
+    acted = client.post(f"/api/play/{session}/model", json={"run": "run"})
+    assert acted.status_code == 200, acted.text
+    assert len(acted.json()["messages"]) == 5
+    assert client.post("/api/play", json={"env_id": "nope"}).status_code == 422
+    assert client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_x"}).status_code == 422
+    assert client.post("/api/play/999/step", json={"action": "x"}).status_code == 404
+    assert client.post(f"/api/play/{session}/model", json={"run": ".."}).status_code == 404
+    assert len(client.get("/api/envs/babyai/tasks", params={"split": "test"}).json()["tasks"]) == 90
+
+
+def test_report_is_one_page_with_the_plot_and_the_category_table(runs_dir, capsys, monkeypatch):
+    code, out, err = cli(capsys, monkeypatch, "report", str(runs_dir / "run"))
+    assert code == 0, err
+    page = (runs_dir / "run" / "report" / "index.html").read_text()
+    assert "data:image/png;base64," in page and "<th>step 0</th><th>step 2</th>" in page
+    assert re.search(r"<td>all</td><td>[\d.]+% of 3</td>", page)
+    code, _, err = cli(capsys, monkeypatch, "report", str(runs_dir / "nothing"))
+    assert code == 2 and "not a run folder" in err
+    code, _, err = cli(capsys, monkeypatch, "view", str(runs_dir / "nothing"))
+    assert code == 2 and "no runs folder" in err
+
+
+# ------------------------------------------------------------------ in a real browser
+
+
+@pytest.fixture(scope="module")
+def page(runs_dir):
+    """A headless Chromium page on the viewer of `runs_dir`; screenshots go to test-artifacts/ui/."""
+    from playwright.sync_api import sync_playwright
+
+    from agentgym_rl.envs.web.browser import LAUNCH_ARGS, find_chromium
+
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    ARTIFACTS.mkdir(parents=True)
+    with serving_app(create_app(runs_dir)) as url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=find_chromium(), args=LAUNCH_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.base_url = url
+        yield page
+        browser.close()
+
+
+def test_pages_load_filter_replay_and_play_in_chromium(page):
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(page.base_url + "/")
+    rows = page.locator("[data-testid=run-table] tbody tr")
+    rows.first.wait_for()
+    assert rows.count() == 1 and "babyai" in rows.first.inner_text()
+    page.locator("[data-testid=plot] path").first.wait_for(state="attached")  # a flat line has no height
+    page.screenshot(path=ARTIFACTS / "runs.png")
+
+    page.click("nav button[data-tab=trajectories]")
+    count = page.locator("[data-testid=t-count]")
+    page.wait_for_function("document.querySelector('[data-testid=t-count]').textContent.startsWith('16 ')")
+    page.select_option("[data-testid=t-success]", "malformed")
+    page.wait_for_function("document.querySelector('[data-testid=t-count]').textContent.startsWith('2 ')")
+    assert "malformed line" in page.locator("[data-testid=t-table] tbody").inner_text()
+    page.select_option("[data-testid=t-success]", "")
+    page.select_option("#t-split", "trajectories")
+    page.select_option("#t-step", "1")
+    page.wait_for_function("document.querySelector('[data-testid=t-count]').textContent.startsWith('5 ')")
+    assert count.inner_text().startswith("5 ")
+
+    page.locator("[data-testid=t-table] tbody tr").first.click()
+    turns = page.locator("[data-testid=pane-a] [data-testid=turns] > li")
+    turns.first.wait_for()
+    masked = page.locator("[data-testid=pane-a] .tok.masked")
+    assert masked.count() > 0 and page.locator("[data-testid=pane-a] .tok").count() > masked.count()
+    assert "logprob=" in masked.first.get_attribute("title")
+    assert "Action:" in page.locator("[data-testid=pane-a] .action").first.inner_text()
+    page.locator("[data-testid=t-table] tbody tr").nth(1).click(modifiers=["Shift"])
+    page.locator("[data-testid=pane-b] [data-testid=turns] > li").first.wait_for()
+    page.screenshot(path=ARTIFACTS / "trajectories.png", full_page=True)
+
+    page.click("nav button[data-tab=playground]")
+    page.locator("[data-testid=p-item] option").first.wait_for(state="attached")
+    page.click("[data-testid=p-start]")
+    page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 0')")
+    assert page.locator("[data-testid=p-image]").get_attribute("src").startswith("data:image/png;base64,")
+    page.locator("[data-testid=p-actions] button", has_text="turn left").click()
+    page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 1')")
+    page.click("[data-testid=p-model]")
+    page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 2')")
+    assert page.locator("[data-testid=p-log] .msg.assistant").count() == 2
+    page.screenshot(path=ARTIFACTS / "playground.png", full_page=True)
+    assert errors == []
