@@ -22,7 +22,7 @@ from agentgym_rl.rollout.formats import agenttraj_to_trajectory, sft_messages
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate
 from agentgym_rl.train.learner import token_logprobs
-from agentgym_rl.train.packing import collate_packed, pack
+from agentgym_rl.train.packing import block_causal_mask, collate_packed, pack
 from agentgym_rl.train.learner import Learner, OptimConfig
 from agentgym_rl.train.finetune import (lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs,
                                         with_context_loss)
@@ -199,6 +199,35 @@ def test_packed_rows_score_each_document_as_if_alone(tiny_tokenizer):
     loss_plain, _ = nll_loss(plain, {"logprobs": alone})
     loss_packed, _ = nll_loss(packed, {"logprobs": together})
     assert loss_plain.item() == pytest.approx(loss_packed.item(), abs=1e-5)
+
+
+def test_block_causal_mask_with_a_window_by_hand():
+    allowed = block_causal_mask(torch.tensor([[1, 1, 1, 1, 2, 2]]), window=2)[0, 0] == 0
+    assert allowed.long().tolist() == [[1, 0, 0, 0, 0, 0],
+                                       [1, 1, 0, 0, 0, 0],
+                                       [0, 1, 1, 0, 0, 0],
+                                       [0, 0, 1, 1, 0, 0],
+                                       [0, 0, 0, 0, 1, 0],
+                                       [0, 0, 0, 0, 1, 1]]
+
+
+def test_a_sliding_window_model_scores_packed_documents_as_if_alone(tiny_tokenizer):
+    """The tiny model's `sliding_window` holds in packed batches too (where the trainer builds
+    the attention masks itself), and it is not a no-op."""
+    model = build_model(tiny_tokenizer, dataclasses.replace(SMALL, sliding_window=3)).eval()
+    full = build_model(tiny_tokenizer, SMALL).eval()
+    docs = [Trajectory("e", f"e_{i}", "c", input_ids=ids, loss_mask=[0] + [1] * (len(ids) - 1))
+            for i, ids in enumerate([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14, 15, 16, 17]])]
+    pad = tiny_tokenizer.pad_token_id
+    with torch.no_grad():
+        alone = token_logprobs(model, collate(docs, pad))
+        together = token_logprobs(model, collate_packed([docs], pad))
+        unwindowed = token_logprobs(full, collate(docs, pad))
+    assert torch.allclose(together[0, 1:7], alone[0, 1:7], atol=1e-5)
+    assert torch.allclose(together[0, 8:13], alone[1, 1:6], atol=1e-5)
+    # Within the window both models agree (same seed, same weights); beyond it they differ.
+    assert torch.allclose(alone[0, 1:3], unwindowed[0, 1:3], atol=1e-5)
+    assert not torch.allclose(alone[0, 4:7], unwindowed[0, 4:7], atol=1e-3)
 
 
 # ------------------------------------------------------------------ CLI, end to end (fast)

@@ -87,6 +87,10 @@ class TinyModelConfig:
     intermediate_size: Positive = 384
     max_positions: Positive = 4096
     """Longest token sequence (a whole multi-turn trajectory)."""
+    sliding_window: Positive | None = None
+    """Tokens each position attends to, in every layer (None: the whole trajectory). A window
+    of the last turn or two keeps a late turn looking like an early one: the tiny model then
+    reads the current observation instead of copying from the turns before it."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
@@ -221,6 +225,10 @@ class WarmupConfig(FinetuneConfig):
     """Also train on this many renamed copies of each demonstration, made by the environment
     (BabyAI: its colors permuted; `EnvSpec.augment_entry_point`): more varied data at no cost of
     play, and a model that must read names from the observation rather than recall them."""
+    perturb: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Probability that a turn of the expert's play is a perturbation (an action it would not
+    take, not trained on) that it then recovers from: demonstrations of what to do after a
+    mistake (`demonstrations.PerturbedExpert`). Applies when the expert plays, not to `path`."""
     thoughts: bool = True
     """Keep the demonstrations' ReAct thoughts. False trains replies of the `Action:` line alone:
     a templated thought (BabyAI's) adds no information but doubles the tokens generated per turn."""

@@ -24,7 +24,7 @@ from ..config import RolloutConfig
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
-from .policy import Policy, as_policy
+from .policy import Policy, Reply, as_policy
 from .trajectory import Trajectory
 
 
@@ -150,7 +150,7 @@ class RolloutEngine:
                 self._finish(episode)
         return episode
 
-    def _act(self, active: list[_Episode], policy: Policy) -> list[str]:
+    def _act(self, active: list[_Episode], policy: Policy) -> list[Reply]:
         replies = policy.act([e.env for e in active], [e.ids for e in active], self.config.max_new_tokens,
                              conversations=[e.record.messages for e in active])
         if policy.encoder is not None:
@@ -163,15 +163,16 @@ class RolloutEngine:
                     logprobs.append(0.0)
                 episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(reply.ids)
                 self._extend(episode, ids, mask, logprobs)
-        return [reply.text for reply in replies]
+        return replies
 
-    def _step(self, episode: _Episode, reply: str, policy: Policy, max_turns: int) -> None:
+    def _step(self, episode: _Episode, reply: Reply, policy: Policy, max_turns: int) -> None:
         record = episode.record
-        record.messages.append({"role": "assistant", "content": reply})
+        message = {"role": "assistant", "content": reply.text}
+        record.messages.append(message if reply.trained else {**message, "loss": False})
         locate = self.config.locate_wrong_tokens and policy.encoder is not None
         try:
             actions = episode.env.available_actions() if locate else None
-            observation, reward, terminated, truncated, info = episode.env.step(reply)
+            observation, reward, terminated, truncated, info = episode.env.step(reply.text)
         except Exception as error:  # noqa: BLE001 — failures are data
             self._fail(episode, error)
             return

@@ -29,12 +29,15 @@ class Reply:
         ids: the generated ids (ending with the stop token when `finished`); empty for text.
         logprobs: log-probability of each id under the sampling distribution.
         finished: a stop token ended it (False: it hit the token limit).
+        trained: False marks a reply kept in a demonstration as context only (its message gets
+            AgentGym's `"loss": false`): a perturbation the expert then recovers from.
     """
 
     text: str
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finished: bool = True
+    trained: bool = True
 
 
 class Policy(Protocol):

@@ -18,7 +18,9 @@ from ..envs import registry
 from ..envs.parsing import drop_thought
 from ..envs.tasks import Task
 from ..errors import UserError
+from ..envs.base import TextEnv
 from ..rollout.engine import RolloutEngine
+from ..rollout.policy import Reply, TextPolicy, as_policy
 from ..rollout.trajectory import Trajectory
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
 from .learner import Learner
@@ -30,8 +32,10 @@ EPISODES_PER_PROCESS = 32
 
 def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_turns: int | None = None,
                    rollout: RolloutConfig | None = None, env_kwargs: dict | None = None,
-                   progress: Any = None, env_urls: list[str] = (), env_timeout: float = 60.0) -> list[Trajectory]:
-    """Run the environment's expert on the first `episodes` tasks of `split`.
+                   progress: Any = None, env_urls: list[str] = (), env_timeout: float = 60.0,
+                   perturb: float = 0.0) -> list[Trajectory]:
+    """Run the environment's expert on the first `episodes` tasks of `split` (with `perturb`, a
+    `PerturbedExpert` of that rate).
 
     With `rollout.expert_processes` other than 1 and enough episodes, slices of the tasks are
     played in separate processes; the result is the same list (same order and group ids)."""
@@ -42,14 +46,14 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
     # "fork": children inherit the registry (with envs registered at run time) and need no
     # `if __name__ == "__main__"` guard in the caller's script; they run no torch code.
     if processes <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, env_urls, env_timeout, progress)
+        return _play_expert(env_id, tasks, horizon, seed, rollout, env_kwargs, env_urls, env_timeout, perturb, progress)
     # Small slices handed out as processes free up keep both the load and the progress bar even.
     size = max(1, min(16, len(tasks) // (4 * processes)))
     slices = [tasks[start:start + size] for start in range(0, len(tasks), size)]
     trajectories: list[Trajectory] = []
     with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs, env_urls, env_timeout)
-                   for part in slices]
+        futures = [pool.submit(_play_expert, env_id, part, horizon, seed, rollout, env_kwargs, env_urls, env_timeout,
+                               perturb) for part in slices]
         for offset, future in zip(range(0, len(tasks), size), futures):
             played = future.result()
             trajectories += [replace(t, group=t.group + offset) for t in played]
@@ -59,10 +63,68 @@ def collect_expert(env_id: str, split: str, episodes: int, seed: int = 0, max_tu
 
 
 def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollout: RolloutConfig,
-                 env_kwargs: dict | None, env_urls: list[str], env_timeout: float,
+                 env_kwargs: dict | None, env_urls: list[str], env_timeout: float, perturb: float = 0.0,
                  progress: Any = None) -> list[Trajectory]:
+    expert = registry.make_expert(env_id)
+    if perturb:
+        expert = PerturbedExpert(expert, perturb, seed)
     with RolloutEngine(registry.env_factory(env_id, env_kwargs, env_urls, env_timeout), rollout) as engine:
-        return engine.run(tasks, registry.make_expert(env_id), horizon, seed=seed, progress=progress)
+        return engine.run(tasks, expert, horizon, seed=seed, progress=progress)
+
+
+class PerturbedExpert(TextPolicy):
+    """The expert, except that each turn is with probability `rate` a perturbation: an action
+    it would not take, kept in the demonstration as context but not trained on (`Reply.trained`).
+    The expert then recovers from where the perturbation led, and those turns are trained: the
+    states a learner reaches after its own mistakes, with what to do there (DART, Laskey et al.
+    2017). A demonstration of the unperturbed expert never shows a rejected action, so a model
+    imitating it has never seen how to go on after one.
+
+    The perturbation is, half the time, an action listed earlier in the episode but not now
+    (often rejected: the mistake of a model that copies names from earlier turns), else one of
+    the actions listed now. Draws depend only on `seed`, the episode's first observation and the
+    turn, so the demonstrations do not depend on how episodes are spread over processes (episodes
+    that open with the same observation are perturbed alike).
+    """
+
+    def __init__(self, expert: Any, rate: float, seed: int):
+        if not 0 < rate < 1:
+            raise ValueError(f"the perturbation rate must be in (0, 1), got {rate}")
+        self.expert = as_policy(expert)
+        self.rate = rate
+        self.seed = seed
+        self._listed: dict[int, tuple[str, set[str]]] = {}
+        """Per environment: its episode's first observation and the actions listed so far."""
+
+    def reset(self) -> None:
+        self.expert.reset()
+
+    def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
+            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+        replies: list[Reply | None] = []
+        for env, conversation in zip(envs, conversations or [[] for _ in envs]):
+            first = next((m["content"] for m in conversation if m["role"] == "user"), "")
+            rng = random.Random(f"{self.seed}|{first}|{len(conversation)}")
+            listed_now = env.available_actions() or []
+            episode, listed = self._listed.get(id(env), (None, set()))
+            if episode != first:
+                listed = set()
+            perturbation = None
+            if listed_now and rng.random() < self.rate:
+                stale = sorted(listed - set(listed_now))
+                perturbation = rng.choice(stale if stale and rng.random() < 0.5 else listed_now)
+            self._listed[id(env)] = (first, listed | set(listed_now))
+            replies.append(None if perturbation is None else Reply(f"Action: {perturbation}", trained=False))
+        expert_turns = [i for i, reply in enumerate(replies) if reply is None]
+        if expert_turns:
+            chosen = self.expert.act([envs[i] for i in expert_turns], [prompts[i] for i in expert_turns],
+                                     max_new_tokens, [conversations[i] for i in expert_turns] if conversations else None)
+            for i, reply in zip(expert_turns, chosen):
+                replies[i] = reply
+        return replies  # type: ignore[return-value]
+
+    def reply(self, env: TextEnv) -> str:  # only `act` is used
+        raise NotImplementedError
 
 
 def conversation_text(trajectories: list[Trajectory]) -> list[str]:

@@ -56,7 +56,12 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     if batch.segment_ids is not None:
         # A packed batch (`train.packing`): attention stays inside each document.
         dtype = next(model.parameters()).dtype
-        inputs = {"attention_mask": block_causal_mask(batch.segment_ids, dtype), "position_ids": batch.position_ids}
+        mask = block_causal_mask(batch.segment_ids, dtype)
+        window = getattr(model.config, "sliding_window", None)
+        if "sliding_attention" in (getattr(model.config, "layer_types", None) or []) and window:
+            # A model with sliding-window layers takes one mask per kind of layer.
+            mask = {"full_attention": mask, "sliding_attention": block_causal_mask(batch.segment_ids, dtype, window)}
+        inputs = {"attention_mask": mask, "position_ids": batch.position_ids}
     elif is_right_padded(batch.attention_mask):
         # Under a causal mask a real token attends only to earlier positions, all real when the
         # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA

@@ -85,15 +85,19 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
     return batch
 
 
-def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def block_causal_mask(segment_ids: torch.Tensor, dtype: torch.dtype = torch.float32,
+                      window: int | None = None) -> torch.Tensor:
     """(B, 1, T, T) additive mask: 0 where query t may attend to key s, dtype-min elsewhere.
 
     allowed[b, t, s] = (s ≤ t) ∧ (seg[b, s] = seg[b, t]) ∧ (seg[b, t] ≠ 0), and every padding
     position attends to itself only (an all-blocked row would give NaN, which would reach
-    the gradient through 0 · NaN even though padding carries no loss).
+    the gradient through 0 · NaN even though padding carries no loss). With a `window`
+    (sliding-window attention) also t - s < window.
     """
     rows, width = segment_ids.shape
     causal = torch.ones(width, width, dtype=torch.bool).tril()
+    if window is not None:
+        causal = causal.triu(-(window - 1))
     same = segment_ids[:, :, None] == segment_ids[:, None, :]
     real = (segment_ids != 0)[:, :, None]
     allowed = (causal & same & real) | torch.eye(width, dtype=torch.bool)

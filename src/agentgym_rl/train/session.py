@@ -225,7 +225,7 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
         with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
             demos = collect_expert(env.id, env.train_split, need, seed=config.run.seed, rollout=config.rollout,
                                    env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls,
-                                   env_timeout=env.server_timeout)
+                                   env_timeout=env.server_timeout, perturb=warmup.perturb if warmup else 0.0)
     path = config.model.path
     if builds_tiny:
         texts = corpus() if corpus is not None else conversation_text(demos[:config.model.corpus_episodes])
