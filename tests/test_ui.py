@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from test_env_e2e import TINY_RUN
 from test_cli import run
 from test_imitation import cli, ok
-from test_server import serving_app
+from test_server import serving, serving_app
 
 from agentgym_rl.agent.loading import load_tokenizer
 from agentgym_rl.ui.app import create_app
@@ -162,6 +162,30 @@ def test_playground_by_hand_and_by_the_runs_model(client):
     assert client.post("/api/play/999/step", json={"action": "x"}).status_code == 404
     assert client.post(f"/api/play/{session}/model", json={"run": ".."}).status_code == 404
     assert len(client.get("/api/envs/babyai/tasks", params={"split": "test"}).json()["tasks"]) == 90
+
+
+def test_playground_on_an_env_server_with_a_served_model(client, runs_dir):
+    """The env runs behind `serve-env`, the model behind `serve-model` (OpenAI's chat API)."""
+    from agentgym_rl.agent.loading import load_model_and_tokenizer
+    from agentgym_rl.runs import latest_model
+    from agentgym_rl.server.model_server import create_model_app
+
+    model, tokenizer = load_model_and_tokenizer(latest_model(runs_dir / "run"))
+    with serving("babyai") as env_url, serving_app(create_model_app(model.eval(), tokenizer, "tiny", None)) as model_url:
+        started = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3", "url": env_url})
+        assert started.status_code == 200, started.text
+        body = started.json()
+        assert body["messages"][0]["content"].startswith("Your goal:") and "turn left" in body["available_actions"]
+        session = body["session"]
+        stepped = client.post(f"/api/play/{session}/step", json={"action": "turn left"}).json()
+        assert stepped["messages"][-1]["content"].startswith(("Your goal:", "You"))
+        acted = client.post(f"/api/play/{session}/model", json={"endpoint": f"{model_url}/v1", "model": "tiny"})
+        assert acted.status_code == 200, acted.text
+        assert len(acted.json()["messages"]) == 5
+    down = client.post("/api/play", json={"env_id": "babyai", "url": env_url})
+    assert down.status_code == 422 and env_url in down.json()["detail"]
+    assert client.post(f"/api/play/{session}/model", json={"endpoint": "ftp://x"}).status_code == 422
+    assert client.post(f"/api/play/{session}/model", json={}).status_code == 422
 
 
 def test_report_is_one_page_with_the_plot_and_the_category_table(runs_dir, capsys, monkeypatch):

@@ -8,7 +8,7 @@
     GET  /api/envs                              the registered environments
     POST /api/play                              a playground session: an env reset to an item
     POST /api/play/{id}/step                    act by hand
-    POST /api/play/{id}/model                   let a run's latest checkpoint act
+    POST /api/play/{id}/model                   let a run's newest checkpoint, or a served model, act
     DELETE /api/play/{id}
 
 Only files under the runs folder are read: a run is named by its folder name (a direct child),
@@ -46,6 +46,8 @@ class JSON(Response):
 class PlayRequest(BaseModel):
     env_id: str
     item_id: int | str | None = None
+    url: str | None = None
+    """An env server to play on (`agentgym-rl serve-env`), else the env runs in the viewer."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -54,8 +56,12 @@ class ActRequest(BaseModel):
 
 
 class ModelRequest(BaseModel):
-    run: str
-    """The run whose newest checkpoint acts."""
+    run: str | None = None
+    """The run whose newest checkpoint acts..."""
+    endpoint: str | None = None
+    """...or an OpenAI-compatible API (`http://HOST:PORT/v1`, e.g. `agentgym-rl serve-model`)..."""
+    model: str = ""
+    """...and the model name it serves."""
 
 
 def _summary(run_dir: Path) -> dict[str, Any]:
@@ -190,7 +196,7 @@ def create_app(runs_dir: str | Path) -> FastAPI:
     @app.post("/api/play")
     def play(request: PlayRequest) -> dict[str, Any]:
         try:
-            return playground.start(request.env_id, request.item_id, request.kwargs)
+            return playground.start(request.env_id, request.item_id, request.kwargs, request.url)
         except PlaygroundError as error:
             raise HTTPException(422, str(error)) from None
 
@@ -203,9 +209,11 @@ def create_app(runs_dir: str | Path) -> FastAPI:
 
     @app.post("/api/play/{session}/model")
     def model_step(session: int, request: ModelRequest) -> dict[str, Any]:
-        folder = run_dir(request.run)
+        if (request.run is None) == (request.endpoint is None):
+            raise HTTPException(422, "name either a run or a model endpoint")
+        folder = run_dir(request.run) if request.run is not None else None
         try:
-            return playground.model_step(session, folder)
+            return playground.model_step(session, folder, request.endpoint, request.model)
         except PlaygroundError as error:
             raise HTTPException(error.status, str(error)) from None
 

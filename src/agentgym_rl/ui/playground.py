@@ -1,8 +1,10 @@
 """Environments played from the browser: by hand, or a run's newest checkpoint choosing the reply.
 
-A session is an environment instance reset to one item plus the conversation so far. The model
-sees that conversation as the rollouts of its run built it (the run's `rollout.system_prompt`
+A session is an environment instance reset to one item plus the conversation so far. A run's
+model sees that conversation as the rollouts of its run built it (the run's `rollout.system_prompt`
 and `max_new_tokens`, greedy), re-encoded from text: with a byte-level tokenizer the same ids.
+A model behind an OpenAI-compatible endpoint gets the environment's instruction as a system
+message, then the conversation.
 """
 
 from __future__ import annotations
@@ -75,16 +77,19 @@ class Playground:
         except UserError as error:
             raise PlaygroundError(str(error)) from None
 
-    def start(self, env_id: str, item_id: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def start(self, env_id: str, item_id: Any, kwargs: dict[str, Any], url: str | None = None) -> dict[str, Any]:
+        """A session of `env_id` (in this process, or a client of the env server at `url`:
+        `agentgym-rl serve-env`, or AgentGym's own as `agentgym+http://...`) reset to `item_id`."""
         if env_id not in registry.env_ids():
             raise PlaygroundError(f"unknown environment {env_id!r}; registered: {', '.join(registry.env_ids())}")
         try:
-            env = registry.make(env_id, **kwargs)
-        except (TypeError, ValueError, UserError) as error:
-            raise PlaygroundError(f"cannot make {env_id!r} with {kwargs}: {error}") from None
+            env = registry.env_factory(env_id, kwargs, [url] if url else [], timeout=30.0)()
+        except (TypeError, ValueError, UserError, OSError) as error:
+            where = f" at {url}" if url else ""
+            raise PlaygroundError(f"cannot make {env_id!r}{where} with {kwargs}: {error}") from None
         try:
             observation, _ = env.reset(item_id=item_id)
-        except (ValueError, UserError, EnvStateError) as error:
+        except (ValueError, UserError, EnvStateError, OSError) as error:
             env.close()
             raise PlaygroundError(f"cannot reset {env_id!r} to item {item_id!r}: {error}") from None
         with self._lock:
@@ -100,14 +105,25 @@ class Playground:
         with session.lock:
             return self._act(session, reply)
 
-    def model_step(self, session_id: int, run_dir: Path) -> dict[str, Any]:
-        """The run's newest checkpoint writes the next reply (greedy) and it is played."""
+    def model_step(self, session_id: int, run_dir: Path | None = None, endpoint: str | None = None,
+                   model_name: str = "") -> dict[str, Any]:
+        """The next reply, greedy, from the run's newest checkpoint or from `model_name` at the
+        OpenAI-compatible `endpoint` (its /chat/completions), played in the session."""
         session = self._session(session_id)
-        generate = self._model(run_dir)
+        policy, max_new_tokens, system_prompt = (self._run_policy(run_dir) if run_dir is not None
+                                                 else self._endpoint_policy(endpoint, model_name))
         with session.lock:
             if session.done:
                 raise PlaygroundError("the episode is over; start a new one", 409)
-            return self._act(session, generate(session.env, session.messages))
+            env = session.env
+            conversation = ([{"role": "system", "content": env.instruction}] if system_prompt and env.instruction
+                            else []) + session.messages
+            prompt = policy.encoder.start(conversation) if policy.encoder is not None else []
+            try:
+                [reply] = policy.act([env], [prompt], max_new_tokens, [conversation])
+            except UserError as error:
+                raise PlaygroundError(str(error), 502) from None
+            return self._act(session, reply.text)
 
     def close(self, session_id: int) -> None:
         with self._lock:
@@ -127,7 +143,10 @@ class Playground:
     def _act(self, session: _Session, reply: str) -> dict[str, Any]:
         if session.done:
             raise PlaygroundError("the episode is over; start a new one", 409)
-        observation, reward, terminated, truncated, _ = session.env.step(reply)
+        try:
+            observation, reward, terminated, truncated, _ = session.env.step(reply)
+        except Exception as error:  # noqa: BLE001 — a remote env's transport, an env's own bug: shown, not a 500
+            raise PlaygroundError(f"the environment failed on {reply!r}: {error}", 502) from None
         session.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         session.total_reward += reward
         session.done = terminated or truncated
@@ -146,33 +165,31 @@ class Playground:
             "screenshot": getattr(env.unwrapped, "last_screenshot", None),
         }
 
-    def _model(self, run_dir: Path):
-        """A function messages -> reply for the run's newest checkpoint."""
+    def _run_policy(self, run_dir: Path) -> tuple[Any, int, bool]:
+        """A greedy policy of the run's newest checkpoint (loaded once), with the reply length and
+        system-prompt setting its rollouts used."""
         with self._lock:
             if run_dir in self._models:
                 return self._models[run_dir]
         try:
             folder = latest_model(run_dir)
-            settings = played_settings(run_dir)
+            rollout = played_settings(run_dir).get("rollout") or {}
         except UserError as error:
             raise PlaygroundError(str(error)) from None
-        from ..agent.chat import ChatEncoder
-        from ..agent.generator import HFGenerator
         from ..agent.loading import load_model_and_tokenizer
+        from ..rollout.policy import model_policy
 
         model, tokenizer = load_model_and_tokenizer(folder)
-        encoder = ChatEncoder(tokenizer)
-        generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature=0.0,
-                                reuse_cache=False)
-        rollout = settings.get("rollout") or {}
-        max_new_tokens = int(rollout.get("max_new_tokens", 48))
-        system_prompt = bool(rollout.get("system_prompt"))
-
-        def generate(env: TextEnv, messages: list[dict[str, str]]) -> str:
-            system = [{"role": "system", "content": env.instruction}] if system_prompt and env.instruction else []
-            [generation] = generator.generate([encoder.start(system + messages)], max_new_tokens)
-            return encoder.decode_reply(generation.ids)
-
+        played = (model_policy(model, tokenizer, temperature=0.0, reuse_cache=False),
+                  int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")))
         with self._lock:
-            self._models[run_dir] = generate
-        return generate
+            self._models[run_dir] = played
+        return played
+
+    @staticmethod
+    def _endpoint_policy(endpoint: str | None, model_name: str) -> tuple[Any, int, bool]:
+        if not endpoint or not endpoint.startswith(("http://", "https://")):
+            raise PlaygroundError(f"a model endpoint is an http(s) URL ending in /v1, got {endpoint!r}")
+        from ..rollout.chat_api import ChatAPIPolicy
+
+        return ChatAPIPolicy(endpoint, model_name, temperature=0.0, timeout=60.0), 256, True

@@ -69,9 +69,10 @@ async function loadRuns() {
       el("td", {}, fmt(run.steps)), el("td", {}, fmt(run.success)), el("td", {}, fmt(run.validation)));
   });
   $("run-table").querySelector("tbody").replaceChildren(...rows);
-  for (const select of [$("t-run"), $("p-run")]) {
-    select.replaceChildren(...body.runs.map((run) => el("option", { value: run.name }, run.name)));
-  }
+  $("t-run").replaceChildren(...body.runs.map((run) => el("option", { value: run.name }, run.name)));
+  $("p-run").replaceChildren(...body.runs.map((run) => el("option", { value: run.name }, `run ${run.name}`)),
+    el("option", { value: "" }, "a served model"));
+  $("p-endpoint-fields").hidden = body.runs.length > 0;
   if (body.runs.length) {
     await showConfig(body.runs[0].name);
     await loadTrajectoryRun();
@@ -271,7 +272,8 @@ $("p-start").addEventListener("click", async () => {
   try { kwargs = JSON.parse($("p-kwargs").value || "{}"); } catch (e) { showError(`env kwargs are not JSON: ${e.message}`); return; }
   if (state.session) fetch(`/api/play/${state.session}`, { method: "DELETE" });
   const body = await api("/api/play", { method: "POST", headers: { "content-type": "application/json" },
-    body: JSON.stringify({ env_id: $("p-env").value, item_id: $("p-item").value || null, kwargs }) });
+    body: JSON.stringify({ env_id: $("p-env").value, item_id: $("p-item").value || null, kwargs,
+      url: $("p-url").value.trim() || null }) });
   state.session = body.session;
   showPlay(body);
 });
@@ -290,10 +292,17 @@ $("p-model").addEventListener("click", async () => {
   $("p-status").textContent = "the model is thinking...";
   try {
     const body = await api(`/api/play/${state.session}/model`, { method: "POST",
-      headers: { "content-type": "application/json" }, body: JSON.stringify({ run: $("p-run").value }) });
+      headers: { "content-type": "application/json" }, body: JSON.stringify(modelChoice()) });
     showPlay(body);
   } finally { if ($("p-status").textContent.startsWith("the model")) $("p-status").textContent = ""; }
 });
+
+$("p-run").addEventListener("change", () => { $("p-endpoint-fields").hidden = $("p-run").value !== ""; });
+
+function modelChoice() {
+  if ($("p-run").value) return { run: $("p-run").value };
+  return { endpoint: $("p-endpoint").value.trim(), model: $("p-model-name").value.trim() };
+}
 
 function showPlay(body) {
   const log = body.messages.map((m) => el("div", { class: `msg ${m.role}` }, el("b", {}, m.role === "user" ? "env" : "agent"), el("pre", {}, m.content)));
