@@ -3,6 +3,7 @@ BabyAI training run through the CLI: the API by hand, then the pages in headless
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -186,6 +187,19 @@ def test_playground_on_an_env_server_with_a_served_model(client, runs_dir):
     assert down.status_code == 422 and env_url in down.json()["detail"]
     assert client.post(f"/api/play/{session}/model", json={"endpoint": "ftp://x"}).status_code == 422
     assert client.post(f"/api/play/{session}/model", json={}).status_code == 422
+
+
+def test_playground_shows_the_web_envs_screenshot(client):
+    item = client.get("/api/envs/web/tasks", params={"split": "test"}).json()["tasks"][0]["item_id"]
+    started = client.post("/api/play", json={"env_id": "web", "item_id": item, "kwargs": {"screenshot": True}})
+    assert started.status_code == 200, started.text
+    session = started.json()["session"]
+    try:
+        stepped = client.post(f"/api/play/{session}/step", json={"action": "scroll [down]"}).json()
+        assert stepped["image"] is None
+        assert base64.b64decode(stepped["screenshot"]).startswith(b"\x89PNG")
+    finally:
+        client.delete(f"/api/play/{session}")
 
 
 def test_report_is_one_page_with_the_plot_and_the_category_table(runs_dir, capsys, monkeypatch):

@@ -46,9 +46,11 @@ def grid_image(env: TextEnv) -> str | None:
 
 
 class _Session:
-    def __init__(self, env: TextEnv, item_id: Any, observation: str):
+    def __init__(self, env: TextEnv, item_id: Any, observation: str, info: dict[str, Any]):
         self.env = env
         self.item_id = item_id
+        self.info = info
+        """The last reset's or step's info (the web env's screenshot is there)."""
         self.messages: list[dict[str, str]] = [{"role": "user", "content": observation}]
         self.done = False
         self.total_reward = 0.0
@@ -88,13 +90,13 @@ class Playground:
             where = f" at {url}" if url else ""
             raise PlaygroundError(f"cannot make {env_id!r}{where} with {kwargs}: {error}") from None
         try:
-            observation, _ = env.reset(item_id=item_id)
+            observation, info = env.reset(item_id=item_id)
         except (ValueError, UserError, EnvStateError, OSError) as error:
             env.close()
             raise PlaygroundError(f"cannot reset {env_id!r} to item {item_id!r}: {error}") from None
         with self._lock:
             session_id = next(self._ids)
-            self._sessions[session_id] = _Session(env, item_id, observation)
+            self._sessions[session_id] = _Session(env, item_id, observation, info)
             while len(self._sessions) > MAX_SESSIONS:
                 _, oldest = self._sessions.popitem(last=False)
                 oldest.env.close()
@@ -144,7 +146,7 @@ class Playground:
         if session.done:
             raise PlaygroundError("the episode is over; start a new one", 409)
         try:
-            observation, reward, terminated, truncated, _ = session.env.step(reply)
+            observation, reward, terminated, truncated, session.info = session.env.step(reply)
         except Exception as error:  # noqa: BLE001 — a remote env's transport, an env's own bug: shown, not a 500
             raise PlaygroundError(f"the environment failed on {reply!r}: {error}", 502) from None
         session.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
@@ -162,7 +164,7 @@ class Playground:
             "total_reward": session.total_reward,
             "available_actions": None if session.done else env.available_actions(),
             "image": grid_image(env),
-            "screenshot": getattr(env.unwrapped, "last_screenshot", None),
+            "screenshot": session.info.get("screenshot"),
         }
 
     def _run_policy(self, run_dir: Path) -> tuple[Any, int, bool]:
