@@ -18,6 +18,7 @@ such; it is never an error.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,7 @@ def create_app(runs_dir: str | Path) -> FastAPI:
     tokens = TokenViews()
     playground = Playground()
     app = FastAPI(title="agentgym-rl viewer", default_response_class=JSON)
+    threading.Thread(target=index.warm, args=(runs_dir,), name="index-runs", daemon=True).start()
 
     def run_dir(name: str) -> Path:
         try:

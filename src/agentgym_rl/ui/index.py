@@ -125,6 +125,16 @@ class TrajectoryIndex:
             self._files[path] = cached
             return cached.rows
 
+    def warm(self, runs_dir: Path) -> None:
+        """Summarise every trajectory file of every run, newest run first (the viewer does this
+        in a background thread at start, so that the first listing finds them summarised)."""
+        for run_dir in list_runs(runs_dir):
+            for _, _, path in trajectory_files(run_dir):
+                try:
+                    self.summaries(path)
+                except OSError:  # removed meanwhile: the request that needs it will say so
+                    continue
+
     def line(self, path: Path, number: int) -> bytes:
         """The raw bytes of line `number` (0-based) of `path`."""
         rows = self.summaries(path)
