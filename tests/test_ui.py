@@ -19,7 +19,7 @@ from test_server import serving, serving_app
 
 from agentgym_rl.agent.loading import load_tokenizer
 from agentgym_rl.ui.app import create_app
-from agentgym_rl.ui.index import TrajectoryIndex
+from agentgym_rl.ui.index import SUMMARY_FIELDS, TrajectoryIndex, _summary_parts, summarize_line
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts" / "ui"
@@ -69,6 +69,20 @@ def test_index_reads_a_growing_file_and_marks_broken_lines(tmp_path):
     # A file rewritten shorter (a resumed run truncates) is read afresh.
     path.write_text(good + "\n")
     assert len(index.summaries(path)) == 1
+
+
+def test_the_fast_summary_of_a_trajectory_line_equals_parsing_it_whole(runs_dir):
+    """Summaries read from a line's two ends (`_summary_parts`) are those of the whole record,
+    on every line a real run wrote; a line laid out otherwise is parsed whole."""
+    lines = [line for path in sorted((runs_dir / "run").glob("*/step_*.jsonl"))
+             for line in path.read_bytes().splitlines()]
+    records = [line for line in lines if line.startswith(b'{"env_id"') and line.endswith(b"}")]
+    assert len(records) == 4 + 4 + 3 + 3
+    for line in records:
+        whole = {key: json.loads(line).get(key) for key in SUMMARY_FIELDS}
+        assert _summary_parts(line) is not None and summarize_line(line) == whole
+    reordered = json.dumps({"success": True, **{k: v for k, v in json.loads(records[0]).items() if k != "success"}})
+    assert _summary_parts(reordered.encode()) is None and summarize_line(reordered.encode())["success"] is True
 
 
 # ------------------------------------------------------------------ the API

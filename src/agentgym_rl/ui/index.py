@@ -58,15 +58,47 @@ def trajectory_files(run_dir: Path) -> list[tuple[str, int, Path]]:
     return found
 
 
+_HEAD_END = b', "messages": '
+_TAIL_START = b'"turn_rewards": '
+
+
+def _summary_parts(raw: bytes) -> dict[str, Any] | None:
+    """The summary fields of a line as `Trajectory.to_json` writes it, parsed from its first
+    and last few hundred bytes only; None when the line is not laid out so.
+
+    The record's keys come in a fixed order: the small ones, then "messages" and the token
+    lists (nearly all of the bytes), then "turn_rewards" and the small ones again. A quote
+    inside a JSON string is escaped, so `"turn_rewards": ` found with its quotes is the key.
+    """
+    if not raw.startswith(b'{"env_id": '):
+        return None
+    head_end, tail_start = raw.find(_HEAD_END), raw.rfind(_TAIL_START)
+    if head_end < 0 or tail_start < head_end:
+        return None
+    try:
+        head = orjson.loads(raw[:head_end] + b"}")
+        tail = orjson.loads(b"{" + raw[tail_start:])
+    except orjson.JSONDecodeError:
+        return None
+    return {**head, **tail} if isinstance(head, dict) and isinstance(tail, dict) else None
+
+
 def summarize_line(raw: bytes) -> dict[str, Any]:
     """The summary fields of one trajectory line; a line that is not a JSON object is
     summarised as `{"malformed": reason}` (shown as such, never an error)."""
+    data = _summary_parts(raw)
+    if data is not None:
+        return _summary(data)
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as error:
         return {"malformed": f"not JSON ({error.msg}, {len(raw)} bytes)"}
     if not isinstance(data, dict):
         return {"malformed": f"a JSON {type(data).__name__}, not an object"}
+    return _summary(data)
+
+
+def _summary(data: dict[str, Any]) -> dict[str, Any]:
     summary = {key: data.get(key) for key in SUMMARY_FIELDS}
     if summary["turns"] is None and isinstance(data.get("turn_rewards"), list):
         summary["turns"] = len(data["turn_rewards"])
