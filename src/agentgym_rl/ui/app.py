@@ -67,20 +67,26 @@ class ModelRequest(BaseModel):
 
 def _summary(run_dir: Path) -> dict[str, Any]:
     try:
-        config = load_yaml(run_dir / "config.yaml") or {}
-    except Exception as error:  # a half-written or hand-edited config: list the run anyway
-        config = {"problem": str(error)}
+        config = load_yaml(run_dir / "config.yaml")
+    except Exception:  # a half-written or hand-edited config: list the run anyway
+        config = None
+    config = config if isinstance(config, dict) else {}
     rows, _ = metrics_rows(run_dir)
-    algo = config.get("algo", {}).get("name") if isinstance(config.get("algo"), dict) else None
-    kind = algo or ("sft" if "sft" in config else "dpo" if "dpo" in config else None)
-    last = rows[-1] if rows else {}
+
+    def section(name: str) -> dict[str, Any]:
+        value = config.get(name)
+        return value if isinstance(value, dict) else {}
+
+    def last(key: str) -> Any:
+        return next((row[key] for row in reversed(rows) if key in row), None)
+
     return {
         "name": run_dir.name,
-        "env": (config.get("env") or {}).get("id") if isinstance(config.get("env"), dict) else None,
-        "kind": kind,
-        "steps": last.get("step"),
-        "success": last.get("train/success"),
-        "validation": next((r["val/success"] for r in reversed(rows) if "val/success" in r), None),
+        "env": section("env").get("id"),
+        "kind": section("algo").get("name"),
+        "steps": last("step"),
+        "success": last("train/success"),
+        "validation": last("val/success"),
         "modified": (run_dir / "config.yaml").stat().st_mtime,
     }
 
