@@ -248,7 +248,7 @@ def page(runs_dir):
         browser.close()
 
 
-def test_pages_load_filter_replay_and_play_in_chromium(page):
+def test_pages_load_filter_replay_and_play_in_chromium(page, runs_dir):
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.goto(page.base_url + "/")
@@ -273,6 +273,10 @@ def test_pages_load_filter_replay_and_play_in_chromium(page):
     page.locator("[data-testid=t-table] tbody tr").first.click()
     turns = page.locator("[data-testid=pane-a] [data-testid=turns] > li")
     turns.first.wait_for()
+    record = json.loads((runs_dir / "run" / "trajectories" / "step_000001.jsonl").read_text().splitlines()[0])
+    observations = [m["content"] for m in record["messages"] if m["role"] == "user"]
+    assert turns.count() == len(observations) == record["turns"] + 1
+    assert turns.nth(1).locator("pre").inner_text() == observations[1]
     masked = page.locator("[data-testid=pane-a] .tok.masked")
     assert masked.count() > 0 and page.locator("[data-testid=pane-a] .tok").count() > masked.count()
     assert "logprob=" in masked.first.get_attribute("title")
