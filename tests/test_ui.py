@@ -115,6 +115,7 @@ def test_filters_narrow_and_pages_partition_the_list(client, runs_dir):
     item = next(r["item_id"] for r in everything["rows"] if "item_id" in r)
     by_item = get(item=item)["rows"]
     assert by_item and all(r["item_id"] == item for r in by_item)
+    assert get(item=item.rsplit("_", 1)[1])["rows"] == by_item
     wins, losses = get(success="true")["total"], get(success="false")["total"]
     assert wins + losses + 2 == everything["total"]
     pages = [get(offset=offset, limit=4)["rows"] for offset in range(0, everything["total"], 4)]

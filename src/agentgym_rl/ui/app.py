@@ -95,8 +95,8 @@ def _matches(summary: dict[str, Any], env: str | None, item: str | None, categor
              success: str | None) -> bool:
     if env and summary.get("env_id") != env:
         return False
-    if item and str(summary.get("item_id")) != item:
-        return False
+    if item and str(summary.get("item_id")) not in (item, f"{summary.get('env_id')}_{item}"):
+        return False  # "babyai_12" or just "12"
     if category and summary.get("category") != category:
         return False
     if success in ("true", "false") and ("malformed" in summary or bool(summary.get("success")) != (success == "true")):
