@@ -54,7 +54,9 @@ def test_perturbed_turns_are_context_and_the_expert_recovers_from_them(counter_e
     encoder = ChatEncoder(tiny_tokenizer)
     for t in encode_demonstrations(encoder, trajectories[:5]):
         trained = encoder.tokenizer.decode([i for i, m in zip(t.input_ids, t.loss_mask) if m])
-        assert trained.count("Action: count") == sum(m.get("loss") is not False for m in t.messages if m["role"] == "assistant")
+        replies = [m for m in t.messages if m["role"] == "assistant"]
+        assert trained.count("Action: count") == sum(m.get("loss") is not False for m in replies)
         assert "look" not in trained
-    again = collect_expert("counter", "train", 30, seed=3, perturb=0.5, max_turns=12, rollout=RolloutConfig(expert_processes=1))
+    again = collect_expert("counter", "train", 30, seed=3, perturb=0.5, max_turns=12,
+                           rollout=RolloutConfig(expert_processes=1))
     assert [t.messages for t in again] == [t.messages for t in trajectories]

@@ -187,7 +187,8 @@ def test_playground_on_an_env_server_with_a_served_model(client, runs_dir):
     from agentgym_rl.server.model_server import create_model_app
 
     model, tokenizer = load_model_and_tokenizer(latest_model(runs_dir / "run"))
-    with serving("babyai") as env_url, serving_app(create_model_app(model.eval(), tokenizer, "tiny", None)) as model_url:
+    model_app = create_model_app(model.eval(), tokenizer, "tiny", None)
+    with serving("babyai") as env_url, serving_app(model_app) as model_url:
         started = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3", "url": env_url})
         assert started.status_code == 200, started.text
         body = started.json()

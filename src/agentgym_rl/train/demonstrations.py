@@ -117,8 +117,9 @@ class PerturbedExpert(TextPolicy):
             replies.append(None if perturbation is None else Reply(f"Action: {perturbation}", trained=False))
         expert_turns = [i for i, reply in enumerate(replies) if reply is None]
         if expert_turns:
+            asked = [conversations[i] for i in expert_turns] if conversations else None
             chosen = self.expert.act([envs[i] for i in expert_turns], [prompts[i] for i in expert_turns],
-                                     max_new_tokens, [conversations[i] for i in expert_turns] if conversations else None)
+                                     max_new_tokens, asked)
             for i, reply in zip(expert_turns, chosen):
                 replies[i] = reply
         return replies  # type: ignore[return-value]
