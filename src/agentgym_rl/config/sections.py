@@ -88,9 +88,9 @@ class TinyModelConfig:
     max_positions: Positive = 4096
     """Longest token sequence (a whole multi-turn trajectory)."""
     sliding_window: Positive | None = None
-    """Tokens each position attends to, in every layer (None: the whole trajectory). A window
-    of the last turn or two keeps a late turn looking like an early one: the tiny model then
-    reads the current observation instead of copying from the turns before it."""
+    """Tokens each position attends to, in every layer (None: the whole trajectory): a late
+    turn then looks like an early one. On BabyAI's strong recipe a window of 512 gained nothing
+    (docs/RESULTS.md), and generation can no longer continue its KV cache from turn to turn."""
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
