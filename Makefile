@@ -29,7 +29,7 @@ system-packages:
 # lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md).
 test: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 test-fast: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from test_env_e2e import TINY_RUN
-from test_cli import run
-from test_imitation import cli, ok
+from test_imitation import cli
 from test_server import serving, serving_app
 
 from agentgym_rl.agent.loading import load_tokenizer
+from agentgym_rl.config import RLConfig, load_config
+from agentgym_rl.train.rl import RLTrainer
 from agentgym_rl.ui.app import create_app
 from agentgym_rl.ui.index import SUMMARY_FIELDS, TrajectoryIndex, _summary_parts, summarize_line
 
@@ -27,13 +28,15 @@ ARTIFACTS = REPO / "test-artifacts" / "ui"
 
 @pytest.fixture(scope="module")
 def runs_dir(tmp_path_factory):
-    """runs/run: 2 GRPO steps on BabyAI with a validation before and after, then a broken line
-    in the middle of a trajectory file and a cut-off one at the end of another."""
+    """runs/run: 2 GRPO steps on BabyAI with a validation before and after (the trainer
+    `agentgym-rl train` runs, in this process), then a broken line in the middle of a
+    trajectory file and a cut-off one at the end of another."""
     runs = tmp_path_factory.mktemp("runs")
-    ok(run("train", str(REPO / "configs" / "babyai_grpo.yaml"),
-           *[o for o in TINY_RUN if not o.startswith(("train.steps", "eval.", "env.kwargs"))],
-           "env.kwargs={list_actions: true}", "train.steps=2", "train.validate_every=2", "eval.episodes=3",
-           "eval.max_turns=3", f"run.output_dir={runs}", "run.name=run"))
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *[o for o in TINY_RUN if not o.startswith(("train.steps", "eval.", "env.kwargs"))],
+        "env.kwargs={list_actions: true}", "train.steps=2", "train.validate_every=2", "eval.episodes=3",
+        "eval.max_turns=3", f"run.output_dir={runs}", "run.name=run"])
+    RLTrainer(config, log=lambda message: None).fit()  # what `agentgym-rl train` runs
     first = runs / "run" / "trajectories" / "step_000001.jsonl"
     lines = first.read_text().splitlines()
     first.write_text("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n")
