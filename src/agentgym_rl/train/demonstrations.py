@@ -20,7 +20,7 @@ from ..envs.tasks import Task
 from ..errors import UserError
 from ..envs.base import TextEnv
 from ..rollout.engine import RolloutEngine
-from ..rollout.policy import Reply, TextPolicy, as_policy
+from ..rollout.policy import Reply, as_policy
 from ..rollout.trajectory import Trajectory
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
 from .learner import Learner
@@ -72,7 +72,7 @@ def _play_expert(env_id: str, tasks: list[Task], horizon: int, seed: int, rollou
         return engine.run(tasks, expert, horizon, seed=seed, progress=progress)
 
 
-class PerturbedExpert(TextPolicy):
+class PerturbedExpert:
     """The expert, except that each turn is with probability `rate` a perturbation: an action
     it would not take, kept in the demonstration as context but not trained on (`Reply.trained`).
     The expert then recovers from where the perturbation led, and those turns are trained: the
@@ -86,6 +86,8 @@ class PerturbedExpert(TextPolicy):
     turn, so the demonstrations do not depend on how episodes are spread over processes (episodes
     that open with the same observation are perturbed alike).
     """
+
+    encoder = None  # a text policy (the `Policy` protocol): the engine encodes nothing
 
     def __init__(self, expert: Any, rate: float, seed: int):
         if not 0 < rate < 1:
@@ -123,9 +125,6 @@ class PerturbedExpert(TextPolicy):
             for i, reply in zip(expert_turns, chosen):
                 replies[i] = reply
         return replies  # type: ignore[return-value]
-
-    def reply(self, env: TextEnv) -> str:  # only `act` is used
-        raise NotImplementedError
 
 
 def conversation_text(trajectories: list[Trajectory]) -> list[str]:
