@@ -1,27 +1,66 @@
-"""The command-line contract, run as a user would (subprocess)."""
+"""The command-line contract: exit codes and output of the `agentgym-rl` entry point."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
 
+from agentgym_rl.cli import main
+
 CLI = [sys.executable, "-m", "agentgym_rl.cli"]
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_process(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The command in a process of its own, as a user runs it."""
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The command through the same entry point, in this process: its exit code and output as
+    `run_process` gives them, without paying ~5 s of torch and transformers imports per call."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    previous_dir, previous_columns = os.getcwd(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "200"
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except Exception:  # a bug, not a user mistake: the traceback a process would print
+                traceback.print_exc()
+                code = 1
+    finally:
+        os.chdir(previous_dir)
+        if previous_columns is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = previous_columns
+    return subprocess.CompletedProcess([*CLI, *args], code, stdout.getvalue(), stderr.getvalue())
+
+
 def test_envs_and_algos_list_one_name_per_line():
-    assert "babyai" in run("envs").stdout.split("\n")
-    assert "grpo" in run("algos").stdout.split("\n")
+    assert "babyai" in run_process("envs").stdout.split("\n")
+    assert "grpo" in run_process("algos").stdout.split("\n")
+
+
+def test_a_user_mistake_ends_the_process_with_one_line_and_exit_code_2():
+    result = run_process("train", "missing.yaml")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: config file 'missing.yaml' does not exist"]
 
 
 @pytest.mark.parametrize("args, message", [

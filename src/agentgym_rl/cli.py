@@ -388,10 +388,11 @@ def rft(
     typer.echo(f"run folder: {trainer.run_dir}  checkpoints: {trainer.run_dir / 'checkpoints'}")
 
 
-def main() -> None:
-    """Entry point: a `UserError` becomes a one-line message and exit code 2."""
+def main(argv: Optional[List[str]] = None) -> None:
+    """Entry point (`argv` defaults to the process's arguments): a `UserError` becomes a
+    one-line message and exit code 2."""
     try:
-        app()
+        app(args=argv)
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
