@@ -52,6 +52,12 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([*CLI, *args], code, stdout.getvalue(), stderr.getvalue())
 
 
+def cli(*args: str) -> tuple[int, str, str]:
+    """`run`'s exit code, stdout and stderr."""
+    result = run(*args)
+    return result.returncode, result.stdout, result.stderr
+
+
 def test_envs_and_algos_list_one_name_per_line():
     assert "babyai" in run_process("envs").stdout.split("\n")
     assert "grpo" in run_process("algos").stdout.split("\n")

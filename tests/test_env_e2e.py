@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_imitation import cli
+from test_cli import cli
 
 from agentgym_rl.agent.loading import load_model_and_tokenizer
 
@@ -33,7 +33,7 @@ TINY_RUN = [
 @pytest.mark.parametrize("env_id", ["textcraft", "web", pytest.param("sciworld", marks=pytest.mark.slow)])
 def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     demos = tmp_path / "demos.jsonl"
-    code, out, err = cli(capsys, monkeypatch, "collect", "--env", env_id, "--policy", "expert",
+    code, out, err = cli("collect", "--env", env_id, "--policy", "expert",
                          "--episodes", "2", "--out", str(demos))
     assert code == 0, err[-3000:]
     records = [json.loads(line) for line in demos.read_text().splitlines()]
@@ -42,7 +42,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
 
     # The env's own recipe, cut to a tiny budget (its env arguments kept).
     tiny = [override for override in TINY_RUN if not override.startswith("env.kwargs")]
-    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / f"{env_id}_grpo.yaml"), *tiny,
+    code, out, err = cli("train", str(REPO / "configs" / f"{env_id}_grpo.yaml"), *tiny,
                          f"run.output_dir={tmp_path}", "run.name=run")
     assert code == 0, err[-3000:]
     run_dir = tmp_path / "run"
@@ -58,7 +58,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert model.config.hidden_size == 32 and tokenizer.chat_template
 
     summary_path = tmp_path / "eval.json"
-    code, out, err = cli(capsys, monkeypatch, "eval", "--env", env_id, "--policy", str(model_dir),
+    code, out, err = cli("eval", "--env", env_id, "--policy", str(model_dir),
                          "--episodes", "2", "--max-turns", "2", "--json", str(summary_path))
     assert code == 0, err[-3000:]
     summary = json.loads(summary_path.read_text())
@@ -73,7 +73,7 @@ def test_a_strong_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monk
     """The recipe's own code path (its warm-up with the observation loss, the curriculum, the
     20-turn validation) with everything cut small."""
     tiny = [override for override in TINY_RUN if not override.startswith(("env.kwargs", "warmup.episodes"))]
-    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / f"{recipe}.yaml"), *tiny,
+    code, out, err = cli("train", str(REPO / "configs" / f"{recipe}.yaml"), *tiny,
                          "warmup.episodes=4", "warmup.epochs=1", "model.corpus_episodes=4",
                          f"run.output_dir={tmp_path}", "run.name=run")
     assert code == 0, err[-3000:]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ScriptedGenerator
 from safetensors.torch import load_file
-from test_cli import run
+from test_cli import cli, run
 
 from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
@@ -233,17 +232,6 @@ def test_a_sliding_window_model_scores_packed_documents_as_if_alone(tiny_tokeniz
 # ------------------------------------------------------------------ CLI, end to end (fast)
 
 
-def cli(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
-    """Run `agentgym-rl ARGS` in this process (as the entry point does); (code, stdout, stderr)."""
-    from agentgym_rl.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["agentgym-rl", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    out, err = capsys.readouterr()
-    return exit_info.value.code or 0, out, err
-
-
 def ok(result):
     assert result.returncode == 0, result.stderr[-3000:]
     return result
@@ -286,7 +274,7 @@ def test_collect_sft_eval(sft_run):
 
 def test_dpo_on_collected_pairs(sft_run, capsys, monkeypatch):
     pairs_file = sft_run / "random.jsonl"
-    code, out, _ = cli(capsys, monkeypatch, "collect", "--env", "babyai", "--policy", "random", "--episodes", "6",
+    code, out, _ = cli("collect", "--env", "babyai", "--policy", "random", "--episodes", "6",
                        "--samples", "4", "--max-turns", "3", "--format", "trajectory", "--out", str(pairs_file),
                        "--env-arg", "list_actions=true")
     assert code == 0 and "collected 24 episodes (6 items × 4)" in out
@@ -432,7 +420,7 @@ def test_bad_input_is_a_one_line_error(tmp_path, capsys, monkeypatch):
          "config key 'rft.rounds': input should be greater than or equal to 1, got 0"),
     ]
     for args, message in cases:
-        code, _, err = cli(capsys, monkeypatch, *args)
+        code, _, err = cli(*args)
         assert code == 2, (args, err)
         assert message in err, (message, err)
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err

@@ -16,7 +16,7 @@ from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.search.env import SearchEnv, _bm25
-from agentgym_rl.envs.search.retrieval import (BM25Retriever, Doc, RemoteRetriever, RetrievalError, bm25_for_corpus,
+from agentgym_rl.envs.search.retrieval import (Doc, RemoteRetriever, RetrievalError, bm25_for_corpus,
                                                read_corpus, write_corpus)
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.server.retriever import create_retriever_app

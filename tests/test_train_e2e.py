@@ -261,26 +261,26 @@ def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
 
 def test_a_warm_up_reads_its_demonstrations_from_a_file(tmp_path, capsys, monkeypatch):
     from test_env_e2e import TINY_RUN
-    from test_imitation import cli
+    from test_cli import cli
 
     demos = tmp_path / "demos.jsonl"
-    code, _, err = cli(capsys, monkeypatch, "collect", "--env", "babyai", "--policy", "expert", "--episodes", "4",
+    code, _, err = cli("collect", "--env", "babyai", "--policy", "expert", "--episodes", "4",
                        "--env-arg", "list_actions=false", "--out", str(demos))
     assert code == 0, err[-2000:]
     run = [*TINY_RUN, "env.id=babyai", "env.kwargs={list_actions: false}", f"warmup.path={demos}",
            "warmup.episodes=4", "model.corpus_episodes=4", f"run.output_dir={tmp_path}"]
-    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run, "run.name=a")
+    code, out, err = cli("train", str(REPO / "configs" / "babyai_grpo.yaml"), *run, "run.name=a")
     assert code == 0, err[-2000:]
     assert f"warm-up demonstrations from {demos}: 4 episodes, 4 successful" in out
     assert "expert demonstrations" not in err  # nothing was played
     assert "warm-up: 4 expert demonstrations" in out
 
-    code, _, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
+    code, _, err = cli("train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
                        "env.id=textcraft", "env.kwargs={}", "run.name=b")
     assert code == 2 and "holds episodes of babyai, not of the run's env 'textcraft'" in err
 
     # With a color-permuted copy of each: twice the demonstrations.
-    code, out, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
+    code, out, err = cli("train", str(REPO / "configs" / "babyai_grpo.yaml"), *run,
                          "warmup.augment=1", "run.name=c")
     assert code == 0, err[-2000:]
     assert "warm-up: 8 expert demonstrations (with 1 renamed copies of each)" in out
@@ -288,9 +288,9 @@ def test_a_warm_up_reads_its_demonstrations_from_a_file(tmp_path, capsys, monkey
 
 def test_renamed_copies_of_an_env_without_them_are_a_user_error(tmp_path, capsys, monkeypatch):
     from test_env_e2e import TINY_RUN
-    from test_imitation import cli
+    from test_cli import cli
 
-    code, _, err = cli(capsys, monkeypatch, "train", str(REPO / "configs" / "web_grpo.yaml"), *TINY_RUN,
+    code, _, err = cli("train", str(REPO / "configs" / "web_grpo.yaml"), *TINY_RUN,
                        "warmup.episodes=2", "warmup.augment=1", f"run.output_dir={tmp_path}")
     assert code == 2 and "environment 'web' has no renamed copies" in err and "babyai" in err
     assert not (tmp_path / "web_grpo").exists()  # refused before any work

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from test_env_e2e import TINY_RUN
-from test_imitation import cli
+from test_cli import cli
 from test_server import serving, serving_app
 
 from agentgym_rl.agent.loading import load_tokenizer
@@ -222,14 +222,14 @@ def test_playground_shows_the_web_envs_screenshot(client):
 
 
 def test_report_is_one_page_with_the_plot_and_the_category_table(runs_dir, capsys, monkeypatch):
-    code, out, err = cli(capsys, monkeypatch, "report", str(runs_dir / "run"))
+    code, out, err = cli("report", str(runs_dir / "run"))
     assert code == 0, err
     page = (runs_dir / "run" / "report" / "index.html").read_text()
     assert "data:image/png;base64," in page and "<th>step 0</th><th>step 2</th>" in page
     assert re.search(r"<td>all</td><td>[\d.]+% of 3</td>", page)
-    code, _, err = cli(capsys, monkeypatch, "report", str(runs_dir / "nothing"))
+    code, _, err = cli("report", str(runs_dir / "nothing"))
     assert code == 2 and "not a run folder" in err
-    code, _, err = cli(capsys, monkeypatch, "view", str(runs_dir / "nothing"))
+    code, _, err = cli("view", str(runs_dir / "nothing"))
     assert code == 2 and "no runs folder" in err
 
 

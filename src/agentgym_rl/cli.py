@@ -143,6 +143,70 @@ def eval_command(
         save_trajectories(episodes_run, trajectories)
 
 
+@app.command("bench-agent")
+def bench_agent(
+    policy: str = typer.Argument(..., help="'expert', 'random', 'api:MODEL' (a chat API at --url), a model "
+                                 "folder, or a run folder (its newest checkpoint, with the run's settings)."),
+    overrides: Optional[List[str]] = typer.Argument(None, help="Other key.sub=value overrides of the run, rollout "
+                                                    "and suite sections, e.g. suite.max_turns.babyai=10."),
+    envs: Optional[List[str]] = typer.Option(None, help="Environments, repeatable or comma-separated "
+                                             "(suite.envs; default: every registered one)."),
+    samples: Optional[int] = typer.Option(None, help="Sampled episodes per item for Avg@n and Pass@k, k = 1..n "
+                                          "(suite.samples; default 4; 0: greedy only)."),
+    temperature: Optional[float] = typer.Option(None, help="Temperature of the sampled episodes "
+                                                "(suite.temperature; default 1)."),
+    greedy: Optional[bool] = typer.Option(None, "--greedy/--no-greedy", help="Also play each item once at "
+                                          "temperature 0, the headline Avg@1 (suite.greedy; default on)."),
+    episodes: Optional[int] = typer.Option(None, help="The first N items of each test split (suite.episodes; "
+                                           "default: all)."),
+    seed: Optional[int] = SEED,
+    url: Optional[str] = typer.Option(None, help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1: "
+                                      "the model behind it plays (rollout.generator_url)."),
+    out: Optional[Path] = typer.Option(None, help="Output folder (default: RUN/bench for a run, else "
+                                       "runs/bench/<policy name>). A rerun with the same settings resumes it."),
+) -> None:
+    """Benchmark a policy on every environment's test split: one table (per env and category,
+    Avg@1 greedy, Avg@n and Pass@n sampled) as Markdown, JSON and CSV, and test-time scaling
+    plots (success against the turn budget, Pass@k against k)."""
+    from .config import apply_override, from_dict, set_key
+    from .config.evaluation import SuiteConfig
+    from .eval.suite import run_suite
+    from .runs import holds_run, latest_model, played_settings, run_of
+
+    data: dict = {}
+    run_dir = Path(policy) if holds_run(policy) else run_of(policy) if Path(policy).is_dir() else None
+    if run_dir is not None:
+        settings = played_settings(run_dir)
+        env = settings.get("env", {})
+        data = {"rollout": settings.get("rollout", {}), "run": settings["run"]}
+        if env.get("kwargs"):
+            data["suite"] = {"env_kwargs": {env["id"]: env["kwargs"]}}
+        if holds_run(policy):
+            policy = str(latest_model(run_dir))
+    names = [name for item in envs or [] for name in item.split(",") if name]
+    for key, value in (("suite.envs", names or None), ("suite.samples", samples),
+                       ("suite.temperature", temperature), ("suite.greedy", greedy), ("suite.episodes", episodes),
+                       ("run.seed", seed), ("rollout.generator_url", url)):
+        if value is not None:
+            set_key(data, key, value)
+    for item in overrides or []:
+        apply_override(data, item)
+    config = from_dict(SuiteConfig, data)
+    if out is None:
+        out = run_dir / "bench" if run_dir is not None else Path("runs") / "bench" / Path(policy.replace(":", "_")).name
+    results = run_suite(policy, config, out)
+    typer.echo((out / "table.md").read_text())
+    typer.echo(f"results: {out}/results.json, results.csv, table.md; plots: {out}/turns.png, pass_at_k.png")
+    if run_dir is not None and out.resolve() == (run_dir / "bench").resolve():
+        from .ui.report import write_report
+
+        typer.echo(f"run report with them: {write_report(run_dir)}")
+    failed = [env_id for env_id, result in results["envs"].items() if "error" in result]
+    if failed:
+        typer.echo(f"not run: {', '.join(failed)} (reasons in the table)", err=True)
+        raise typer.Exit(1)
+
+
 @app.command("serve-env")
 def serve_env(
     env: str = typer.Argument(..., help="Environment id (see `agentgym-rl envs`)."),

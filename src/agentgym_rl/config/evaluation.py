@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from dataclasses import field
+from typing import Any, Dict, List
 
 from pydantic.dataclasses import dataclass
 
-from .sections import SECTION, EnvConfig, EvalConfig, RolloutConfig, RunConfig
+from .sections import (SECTION, EnvConfig, EvalConfig, NonNegative, NonNegativeFloat, Positive, RolloutConfig,
+                       RunConfig)
 
 
 @dataclass(config=SECTION)
@@ -24,3 +26,32 @@ class PlayConfig:
 
 PLAYED_SECTIONS = ("env", "rollout", "eval")
 """The sections of a run's config that say how its policy sees and plays the environment."""
+
+
+@dataclass(config=SECTION)
+class SuiteSection:
+    """What `agentgym-rl bench-agent` plays: the test split of each environment, once greedily
+    (the headline Avg@1) and, with `samples` > 0, `samples` times more at `temperature`
+    (Avg@n, and Pass@k for k = 1..n)."""
+
+    envs: List[str] = field(default_factory=list)
+    """Environment ids; empty: every registered environment."""
+    episodes: NonNegative = 0
+    """The first N items of each test split (0: all)."""
+    greedy: bool = True
+    samples: NonNegative = 4
+    temperature: NonNegativeFloat = 1.0
+    max_turns: Dict[str, Positive] = field(default_factory=dict)
+    """Turn limits by environment id (others: the environment's evaluation limit)."""
+    env_kwargs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    """Constructor arguments by environment id (a run's checkpoint brings its own env's)."""
+
+
+@dataclass(config=SECTION)
+class SuiteConfig:
+    """The config of `agentgym-rl bench-agent`: `run.seed` seeds every reset and the random
+    policy; `rollout` says how a model policy sees every environment."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    suite: SuiteSection = field(default_factory=SuiteSection)

@@ -56,3 +56,30 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
             c: sum(item_pass[i] for i in items) / len(items) for c, items in sorted(category_items.items())
         },
     }
+
+
+def pass_at_k_curve(trajectories: list[Trajectory]) -> list[float]:
+    """Pass@k for k = 1..n, averaged over items, each item's from its own n samples with the
+    unbiased estimator (`pass_at_k`); n is the fewest samples any item has.
+
+    Pass@1 equals Avg@n when every item has n samples."""
+    by_item: dict[str, list[bool]] = defaultdict(list)
+    for t in trajectories:
+        by_item[t.item_id].append(bool(t.success))
+    if not by_item:
+        raise ValueError("no trajectories to summarize")
+    n = min(len(v) for v in by_item.values())
+    return [sum(pass_at_k(len(s), sum(s), k) for s in by_item.values()) / len(by_item) for k in range(1, n + 1)]
+
+
+def success_within_turns(trajectories: list[Trajectory], max_turns: int) -> list[float]:
+    """Success rate with a turn budget of b = 1..max_turns: an episode counts when it succeeded
+    within b turns.
+
+    This equals playing again with each smaller budget (same seeds), because a policy does not
+    see the budget: the first b turns of an episode are the same whatever the limit, so cutting
+    it at b only loses the successes that came later."""
+    if not trajectories:
+        raise ValueError("no trajectories to summarize")
+    return [sum(t.success and t.turns <= budget for t in trajectories) / len(trajectories)
+            for budget in range(1, max_turns + 1)]

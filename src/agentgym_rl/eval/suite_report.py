@@ -1,0 +1,148 @@
+"""The files of a benchmark suite's results (`suite.run_suite`): `results.json`, `table.md`,
+`results.csv`, and the test-time scaling plots `turns.png` and `pass_at_k.png`."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+
+def write_outputs(results: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "table.md").write_text(markdown_table(results))
+    write_csv(results, out / "results.csv")
+    plot_turns(results, out / "turns.png")
+    plot_pass_at_k(results, out / "pass_at_k.png")
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.1f}"
+
+
+def _columns(results: dict) -> tuple[str, str]:
+    suite = results["config"]["suite"]
+    n = suite["samples"]
+    return f"Avg@{n} (T={suite['temperature']:g})", f"Pass@{n}"
+
+
+def markdown_table(results: dict) -> str:
+    """The summary table (one row per env) and a table per env by category, in percent."""
+    suite, seed = results["config"]["suite"], results["config"]["run"]["seed"]
+    avg_n, pass_n = _columns(results)
+    sampled_cols = suite["samples"] > 0
+    head = ["env", "items", "turn limit", "Avg@1 greedy"] + ([avg_n, pass_n] if sampled_cols else [])
+    head += ["mean turns", "invalid actions %", "errors", "generated tokens"]
+    lines = [f"# bench-agent: {results['policy']}", "",
+             f"Test splits, seed {seed}. Avg@1 greedy: one episode per item at temperature 0. "
+             + (f"{avg_n}: mean success over {suite['samples']} episodes per item; {pass_n}: items solved at least "
+                f"once among them (unbiased estimator). " if sampled_cols else "")
+             + "Definitions: docs/METRICS.md.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for env_id, result in results["envs"].items():
+        if "error" in result:
+            lines.append(f"| {env_id} | not run: {result['error']} |" + " |" * (len(head) - 2))
+            continue
+        greedy, sampled = result.get("greedy"), result.get("sampled")
+        main = greedy or sampled
+        row = [env_id, str(main["episodes"]), str(result["max_turns"]), _pct(greedy and greedy["success"])]
+        if sampled_cols:
+            row += [_pct(sampled and sampled["success"]), _pct(sampled and sampled["pass_at_k"])]
+        row += [f"{main['avg_turns']:.1f}", _pct(main["invalid_action_rate"]), str(main["errors"]),
+                str(sum(p["generated_tokens"] for p in (greedy, sampled) if p))]
+        lines.append("| " + " | ".join(row) + " |")
+    for env_id, result in results["envs"].items():
+        if "error" in result:
+            continue
+        greedy, sampled = result.get("greedy"), result.get("sampled")
+        main = greedy or sampled
+        head = ["category", "items", "Avg@1 greedy"] + ([avg_n, pass_n] if sampled_cols else [])
+        lines += ["", f"## {env_id}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for category, items in main["items_by_category"].items():
+            row = [category, str(items), _pct(greedy and greedy["by_category"][category])]
+            if sampled_cols:
+                row += [_pct(sampled and sampled["by_category"][category]),
+                        _pct(sampled and sampled["pass_at_k_by_category"][category])]
+            lines.append("| " + " | ".join(row) + " |")
+    api = {env_id: r for env_id, r in results["envs"].items()
+           if any(r.get(p, {}).get("api_prompt_tokens") for p in ("greedy", "sampled"))}
+    if api:
+        lines += ["", "API tokens (as the server reported them): "
+                  + "; ".join(f"{env_id} {sum(r.get(p, {}).get('api_prompt_tokens', 0) for p in ('greedy', 'sampled'))}"
+                              f" prompt, {sum(r.get(p, {}).get('api_completion_tokens', 0) for p in ('greedy', 'sampled'))}"
+                              " completion" for env_id, r in api.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(results: dict, path: Path) -> None:
+    """One row per environment and category ("overall" first), success as fractions."""
+    suite = results["config"]["suite"]
+    with path.open("w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["env", "category", "items", "max_turns", "greedy_avg_at_1", "samples", "temperature",
+                         "avg_at_n", "pass_at_n", "error"])
+        for env_id, result in results["envs"].items():
+            if "error" in result:
+                writer.writerow([env_id, "overall", "", result["max_turns"], "", "", "", "", "", result["error"]])
+                continue
+            greedy, sampled = result.get("greedy"), result.get("sampled")
+            main = greedy or sampled
+            for category, items in [("overall", main["episodes"]), *main["items_by_category"].items()]:
+                def value(summary: dict | None, key: str, by: str) -> Any:
+                    if summary is None:
+                        return ""
+                    return summary[key] if category == "overall" else summary[by][category]
+
+                writer.writerow([env_id, category, items, result["max_turns"],
+                                 value(greedy, "success", "by_category"),
+                                 suite["samples"] if sampled else "", suite["temperature"] if sampled else "",
+                                 value(sampled, "success", "by_category"),
+                                 value(sampled, "pass_at_k", "pass_at_k_by_category"), ""])
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt, *plt.subplots(figsize=(6.4, 4.2))
+
+
+def plot_turns(results: dict, path: Path) -> None:
+    """Success against the turn budget, one line per env (greedy solid, sampled dashed)."""
+    plt, fig, ax = _figure()
+    for env_id, result in results["envs"].items():
+        for name, style in (("greedy", "-"), ("sampled", "--")):
+            if name in result:
+                curve = result[name]["success_within_turns"]
+                ax.step(range(1, len(curve) + 1), [100 * v for v in curve], style, where="post",
+                        label=f"{env_id} {name}")
+    ax.set(xlabel="turn budget", ylabel="success (%)", title="Test-time scaling: interaction turns", ylim=(0, 100))
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_pass_at_k(results: dict, path: Path) -> None:
+    """Pass@k against k (parallel samples), one line per env."""
+    plt, fig, ax = _figure()
+    for env_id, result in results["envs"].items():
+        if "sampled" in result:
+            curve = result["sampled"]["pass_at_k_curve"]
+            ax.plot(range(1, len(curve) + 1), [100 * v for v in curve], "o-", label=env_id)
+    temperature = results["config"]["suite"]["temperature"]
+    ax.set(xlabel="samples k", ylabel="Pass@k (%)", ylim=(0, 100),
+           title=f"Test-time scaling: parallel samples (T={temperature:g})")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize="small")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
