@@ -28,6 +28,11 @@ PLAYED_SECTIONS = ("env", "rollout", "eval")
 """The sections of a run's config that say how its policy sees and plays the environment."""
 
 
+SYSTEM_TURN_LIMITS = {"babyai": 20, "sciworld": 30, "search": 30, "textcraft": 30, "web": 15}
+"""The evaluation turn limits of the system's tables (AgentGym-RL), so that ours compare with
+them (docs/METRICS.md)."""
+
+
 @dataclass(config=SECTION)
 class SuiteSection:
     """What `agentgym-rl bench-agent` plays: the test split of each environment, once greedily
@@ -42,7 +47,8 @@ class SuiteSection:
     samples: NonNegative = 4
     temperature: NonNegativeFloat = 1.0
     max_turns: Dict[str, Positive] = field(default_factory=dict)
-    """Turn limits by environment id (others: the environment's evaluation limit)."""
+    """Turn limits by environment id; others: the system's (`SYSTEM_TURN_LIMITS`), else the
+    environment's own."""
     env_kwargs: Dict[str, Dict[str, Any]] = field(default_factory=dict)
     """Constructor arguments by environment id (a run's checkpoint brings its own env's)."""
 

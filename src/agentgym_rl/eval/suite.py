@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import to_dict
-from ..config.evaluation import SuiteConfig
+from ..config.evaluation import SYSTEM_TURN_LIMITS, SuiteConfig
 from ..envs import registry
 from ..errors import UserError
 from ..rollout.engine import RolloutEngine
@@ -149,7 +149,8 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
 
 
 def max_turns(env_id: str, config: SuiteConfig) -> int:
-    return config.suite.max_turns.get(env_id) or registry.spec(env_id).max_turns
+    return (config.suite.max_turns.get(env_id) or SYSTEM_TURN_LIMITS.get(env_id)
+            or registry.spec(env_id).max_turns)
 
 
 def env_result(env_id: str, played: dict[str, tuple[list[Trajectory], dict]], config: SuiteConfig) -> dict:
