@@ -39,6 +39,8 @@ class EnvSpec:
         augment_entry_point: "module:function" making a renamed copy of an episode's messages,
             function(messages, rng) -> messages, an episode of the environment as well (e.g.
             BabyAI's colors permuted); the warm-up trains on such copies (`warmup.augment`).
+        requires: what the user must provide before it can run (a server, data), if anything;
+            such environments are left out of what runs by default (`bench-agent`).
     """
 
     env_id: str
@@ -50,6 +52,7 @@ class EnvSpec:
     max_parallel: int = 0
     pure_python: bool = False
     augment_entry_point: str | None = None
+    requires: str | None = None
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -296,5 +299,16 @@ register(
         max_turns=15,  # the longest embedded tasks take 6 actions; WebArena allows 30
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # a browser context (a renderer process) each
+    )
+)
+
+register(
+    EnvSpec(
+        env_id="appworld",
+        entry_point="agentgym_rl.envs.appworld.env:AppWorldEnv",
+        tasks_entry_point="agentgym_rl.envs.appworld.env:appworld_tasks",
+        max_turns=30,  # our choice; AppWorld's server allows up to 1000 interactions per task
+        max_parallel=1,  # AppWorld's server holds one task at a time
+        requires="an AppWorld environment server (env.kwargs.url) and the AppWorld data (env.kwargs.data_root)",
     )
 )

@@ -176,7 +176,7 @@ def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool =
     """Play every environment's passes (resuming from `out`), write every output file and return
     the results (`results.json`'s content). An environment that cannot be played (say its JVM or
     browser is missing) is reported with its reason, and the others still run."""
-    env_ids = config.suite.envs or registry.env_ids()
+    env_ids = config.suite.envs or [e for e in registry.env_ids() if registry.spec(e).requires is None]
     known = registry.env_ids()
     for where, names in (("", env_ids), ("suite.max_turns names ", config.suite.max_turns),
                          ("suite.env_kwargs names ", config.suite.env_kwargs)):

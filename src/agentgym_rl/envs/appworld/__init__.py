@@ -1,0 +1,1 @@
+"""AppWorld (LOOP's benchmark) through the environment server a user runs (`env.py`)."""
