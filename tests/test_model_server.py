@@ -23,7 +23,7 @@ from agentgym_rl.agent.openai_generator import GeneratorError, OpenAIGenerator
 from agentgym_rl.agent.tiny import TinyModelConfig, build_tiny
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.errors import UserError
-from agentgym_rl.eval.evaluate import evaluate
+from agentgym_rl.eval.evaluate import evaluate, make_policy
 from agentgym_rl.server.model_server import create_model_app
 
 TINY = TinyModelConfig(vocab_size=400, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64)
@@ -164,6 +164,39 @@ def test_a_slow_server_times_out():
         with pytest.raises(GeneratorError, match="ReadTimeout"):
             OpenAIGenerator(f"{url}/v1", "m", [0], timeout=0.3, retries=1).generate([[1, 2]], 4)
     assert len(calls) == 2
+
+
+def test_an_api_policy_keeps_to_its_concurrency_and_retries():
+    """rollout.generator_concurrency and generator_retries reach the client: of 6 replies, never
+    more than 2 requests in flight; the first request meets a 503 and is retried once."""
+    app, seen = FastAPI(), {"now": 0, "most": 0, "calls": 0}
+
+    @app.post("/v1/chat/completions")
+    async def chat():
+        seen["calls"] += 1
+        if seen["calls"] == 1:
+            return JSONResponse({"error": {"message": "busy"}}, status_code=503)
+        seen["now"] += 1
+        seen["most"] = max(seen["most"], seen["now"])
+        await asyncio.sleep(0.15)
+        seen["now"] -= 1
+        return {"choices": [{"message": {"content": "Action: look"}}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+
+    conversations = [[{"role": "user", "content": "hi"}]] * 6
+    with serving_app(app) as url:
+        for retries, concurrency in ((1, 2), (0, 4)):
+            seen["calls"] = 0
+            rollout = RolloutConfig(generator_url=f"{url}/v1", generator_retries=retries,
+                                    generator_concurrency=concurrency)
+            policy = make_policy("babyai", "api:m", 0.0, 0, rollout=rollout)
+            if retries == 0:
+                with pytest.raises(GeneratorError, match="HTTP 503"):
+                    policy.act([None] * 6, [[]] * 6, 8, conversations=conversations)
+                continue
+            replies = policy.act([None] * 6, [[]] * 6, 8, conversations=conversations)
+            assert [r.text for r in replies] == ["Action: look"] * 6
+            assert seen["most"] == 2 and seen["calls"] == 7 and policy.client.completion_tokens == 12
 
 
 def test_serve_model_command_serves_a_checkpoint(model_dir):

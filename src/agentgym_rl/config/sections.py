@@ -149,7 +149,11 @@ class RolloutConfig:
     policy's model folder still gives the tokenizer and chat template, and ids and logprobs stay
     exact. For eval and collect: a served model cannot follow the learner's updates."""
     generator_timeout: PositiveFloat = 120.0
-    """Seconds one request to `generator_url` may take (retried twice on a timeout or a 5xx)."""
+    """Seconds one request to `generator_url` may take (retried on a timeout or a 5xx)."""
+    generator_retries: NonNegative = 2
+    """Further attempts of a request to `generator_url` that timed out or met a 5xx (none on 4xx)."""
+    generator_concurrency: Positive = 4
+    """Requests to `generator_url` in flight at once (an API's rate limit, a server's capacity)."""
     locate_wrong_tokens: bool = False
     """With a model policy, ask the environment for its available actions before each step and,
     when it rejects a reply, record the token where the reply's action first left all of them

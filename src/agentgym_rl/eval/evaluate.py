@@ -38,12 +38,13 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
         from ..rollout.chat_api import ChatAPIPolicy
 
         return ChatAPIPolicy(rollout.generator_url, policy.removeprefix(API_PREFIX), temperature,
-                             rollout.generator_timeout, api_key=os.environ.get("OPENAI_API_KEY"))
+                             rollout.generator_timeout, api_key=os.environ.get("OPENAI_API_KEY"),
+                             max_concurrency=rollout.generator_concurrency, retries=rollout.generator_retries)
     if not Path(policy).exists():
         raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL' nor an existing "
                         "model folder")
     if rollout is not None and rollout.generator_url:
-        return served_policy(policy, rollout.generator_url, temperature, rollout.generator_timeout)
+        return served_policy(policy, rollout, temperature)
     if rollout is not None and rollout.generator == "vllm":
         return vllm_policy(policy, temperature, dtype, rollout.max_context, seed)
     from ..agent.loading import load_model_and_tokenizer, resolve_device
@@ -52,15 +53,17 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
     return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache)
 
 
-def served_policy(model_folder: str, base_url: str, temperature: float, timeout: float) -> ModelPolicy:
-    """The model served at `base_url` (OpenAI's API) as a token policy, encoded with the chat
-    template of `model_folder`'s tokenizer (the served model's own)."""
+def served_policy(model_folder: str, rollout: RolloutConfig, temperature: float) -> ModelPolicy:
+    """The model served at `rollout.generator_url` (OpenAI's API) as a token policy, encoded
+    with the chat template of `model_folder`'s tokenizer (the served model's own)."""
     from ..agent.chat import ChatEncoder
     from ..agent.loading import load_tokenizer
     from ..agent.openai_generator import GeneratorError, OpenAIGenerator
 
     encoder = ChatEncoder(load_tokenizer(model_folder))
-    generator = OpenAIGenerator(base_url, "", [encoder.end_of_turn_id], temperature, timeout,
+    base_url = rollout.generator_url
+    generator = OpenAIGenerator(base_url, "", [encoder.end_of_turn_id], temperature, rollout.generator_timeout,
+                                rollout.generator_retries, max_concurrency=rollout.generator_concurrency,
                                 api_key=os.environ.get("OPENAI_API_KEY"))
     try:  # the served model's name, and a check before any work that the server answers
         names = generator.client.models()

@@ -22,8 +22,8 @@ class ChatAPIPolicy:
     encoder = None
 
     def __init__(self, base_url: str, model: str, temperature: float = 1.0, timeout: float = 60.0,
-                 api_key: str | None = None, max_concurrency: int = 4):
-        self.client = OpenAIClient(base_url, timeout, max_concurrency=max_concurrency, api_key=api_key)
+                 api_key: str | None = None, max_concurrency: int = 4, retries: int = 2):
+        self.client = OpenAIClient(base_url, timeout, retries, max_concurrency, api_key)
         self.model = model
         self.temperature = temperature
 
