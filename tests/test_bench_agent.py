@@ -143,6 +143,16 @@ def test_a_served_model_scores_what_the_in_process_model_scores(model_dir, tmp_p
         assert numbers[1][env_id]["greedy"]["api_completion_tokens"] == numbers[0][env_id]["greedy"]["generated_tokens"]
 
 
+def test_sampled_episodes_repeat_with_the_same_seed(model_dir, tmp_path):
+    config = suite_config(envs=["babyai"], episodes=3, samples=2, greedy=False, max_turns={"babyai": 3})
+    played = []
+    for name in ("a", "b"):
+        run_suite(str(model_dir), config, tmp_path / name, show_progress=False)
+        played.append([t.input_ids for t in load_trajectories(tmp_path / name / "trajectories" /
+                                                               "babyai.sampled.jsonl")])
+    assert played[0] == played[1] and len({tuple(ids) for ids in played[0]}) > 1
+
+
 def test_an_environment_that_cannot_be_played_is_reported_and_the_others_run(tmp_path):
     result = run("bench-agent", "random", "--envs", "search,babyai", "--episodes", "2", "--samples", "0",
                  "--out", str(tmp_path))

@@ -120,10 +120,18 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
     path = out / "trajectories" / f"{env_id}.{run_pass.name}.jsonl"
     finished = read_finished(path, run_pass.samples)
     _rewrite(path, finished)  # drops cut-off lines and unfinished items before appending
-    progress(sum(len(ts) for item, ts in finished.items() if item in {t.item_id for t in tasks}))
+    wanted = {task.item_id for task in tasks}
+    progress(sum(len(ts) for item, ts in finished.items() if item in wanted))
     todo = [task for task in tasks if task.item_id not in finished]
+    # Time and tokens add up over the invocations that played this pass.
+    account_path = path.with_suffix(".account.json")
     account = {"seconds": 0.0, "api_prompt_tokens": 0, "api_completion_tokens": 0}
+    if account_path.is_file():
+        account.update(json.loads(account_path.read_text()))
     if todo:
+        import torch
+
+        torch.manual_seed(config.run.seed)  # a model's sampling: the same episodes from the same state
         started = time.perf_counter()
         policy = policies.make(env_id, run_pass.temperature)
         client = api_client(policy)
@@ -141,10 +149,11 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
                         file.write(json.dumps(t.to_json()) + "\n")
                 for t in played:
                     finished.setdefault(t.item_id, []).append(t)
-        account["seconds"] = time.perf_counter() - started
+        account["seconds"] += time.perf_counter() - started
         if client is not None:
-            account["api_prompt_tokens"] = client.prompt_tokens - before[0]
-            account["api_completion_tokens"] = client.completion_tokens - before[1]
+            account["api_prompt_tokens"] += client.prompt_tokens - before[0]
+            account["api_completion_tokens"] += client.completion_tokens - before[1]
+        account_path.write_text(json.dumps(account))
     return [t for task in tasks for t in finished[task.item_id]], account
 
 
