@@ -3,16 +3,24 @@ tasks from the data folder, the episode's calls, AppWorld's tests as the verdict
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from appworld_fake import TEST_IDS, create_fake_appworld, write_data_root
+from conftest import CORPUS
 from test_cli import run
+from test_model_server import TINY
 from test_server import free_port, serving_app
 
+from agentgym_rl.agent.tiny import build_tiny
 from agentgym_rl.envs import check_env, registry
 from agentgym_rl.envs.appworld.env import code_of
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.rollout.policy import TextPolicy
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +122,20 @@ def test_user_mistakes_are_one_line_errors(data_root, monkeypatch):
 def test_bench_agent_leaves_it_out_unless_asked():
     assert registry.spec("appworld").requires and "appworld" in registry.env_ids()
     assert all(registry.spec(e).requires is None for e in ("babyai", "textcraft", "sciworld", "search", "web"))
+
+
+def test_the_loop_recipe_trains_through_the_server(server, data_root, tmp_path):
+    """configs/gpu/qwen7b_appworld_loop.yaml on a tiny budget: a tiny model on the CPU instead of
+    Qwen, the stand-in server instead of AppWorld's."""
+    model = build_tiny(CORPUS, tmp_path / "model", TINY)
+    result = run("train", "configs/gpu/qwen7b_appworld_loop.yaml", f"model.path={model}", "run.device=cpu",
+                 "run.dtype=float32", f"env.kwargs.url={server[0]}", f"env.kwargs.data_root={data_root}",
+                 "rollout.max_new_tokens=8", "rollout.max_context=2048", "algo.tasks_per_step=1", "algo.group_size=2",
+                 "algo.minibatch_size=2", "schedule.horizons=[2]", "train.steps=1", "train.validate_every=1",
+                 "train.save_every=1", "eval.episodes=2", "eval.max_turns=2", f"run.output_dir={tmp_path}",
+                 "run.name=loop", cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "loop" / "metrics.jsonl").read_text().splitlines()]
+    trained = next(r for r in rows if "train/success" in r)
+    assert trained["train/errors"] == 0 and trained["train/turns"] > 0
+    assert sum("val/success" in r for r in rows) == 2
