@@ -141,6 +141,7 @@ def test_a_served_model_scores_what_the_in_process_model_scores(model_dir, tmp_p
     for env_id in ("babyai", "textcraft"):
         assert numbers[0][env_id]["greedy"]["success"] == numbers[1][env_id]["greedy"]["success"]
         assert numbers[1][env_id]["greedy"]["api_completion_tokens"] == numbers[0][env_id]["greedy"]["generated_tokens"]
+    assert "API tokens (as the server reported them): babyai" in (tmp_path / "served" / "table.md").read_text()
 
 
 def test_sampled_episodes_repeat_with_the_same_seed(model_dir, tmp_path):

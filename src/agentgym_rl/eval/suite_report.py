@@ -66,13 +66,14 @@ def markdown_table(results: dict) -> str:
                 row += [_pct(sampled and sampled["by_category"][category]),
                         _pct(sampled and sampled["pass_at_k_by_category"][category])]
             lines.append("| " + " | ".join(row) + " |")
-    api = {env_id: r for env_id, r in results["envs"].items()
-           if any(r.get(p, {}).get("api_prompt_tokens") for p in ("greedy", "sampled"))}
+    api = []
+    for env_id, result in results["envs"].items():
+        played = [result[name] for name in ("greedy", "sampled") if name in result]
+        prompt, completion = (sum(p[key] for p in played) for key in ("api_prompt_tokens", "api_completion_tokens"))
+        if prompt or completion:
+            api.append(f"{env_id} {prompt} prompt, {completion} completion")
     if api:
-        lines += ["", "API tokens (as the server reported them): "
-                  + "; ".join(f"{env_id} {sum(r.get(p, {}).get('api_prompt_tokens', 0) for p in ('greedy', 'sampled'))}"
-                              f" prompt, {sum(r.get(p, {}).get('api_completion_tokens', 0) for p in ('greedy', 'sampled'))}"
-                              " completion" for env_id, r in api.items())]
+        lines += ["", "API tokens (as the server reported them): " + "; ".join(api)]
     return "\n".join(lines) + "\n"
 
 
