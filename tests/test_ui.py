@@ -183,6 +183,16 @@ def test_playground_by_hand_and_by_the_runs_model(client):
     assert len(client.get("/api/envs/babyai/tasks", params={"split": "test"}).json()["tasks"]) == 90
 
 
+def test_the_playground_opens_on_an_environment_that_runs_as_installed(client):
+    """The page selects the first listed environment: it must list its items; AppWorld, which
+    needs the user's server and data, comes after every environment that does not."""
+    envs = client.get("/api/envs").json()["envs"]
+    needs = [bool(e["requires"]) for e in envs]
+    assert needs == sorted(needs) and needs[-1] and not needs[0]
+    first = client.get(f"/api/envs/{envs[0]['id']}/tasks", params={"split": "test"})
+    assert first.status_code == 200 and first.json()["tasks"]
+
+
 def test_playground_on_an_env_server_with_a_served_model(client, runs_dir):
     """The env runs behind `serve-env`, the model behind `serve-model` (OpenAI's chat API)."""
     from agentgym_rl.agent.loading import load_model_and_tokenizer

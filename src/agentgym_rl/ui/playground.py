@@ -68,7 +68,11 @@ class Playground:
 
     @staticmethod
     def env_ids() -> list[dict[str, Any]]:
-        return [{"id": env_id, "max_turns": registry.spec(env_id).max_turns} for env_id in registry.env_ids()]
+        """Every registered environment, those that run as installed first (the page opens on the
+        first): one that needs what only its user has (AppWorld's server and data) comes last."""
+        specs = [registry.spec(env_id) for env_id in registry.env_ids()]
+        return [{"id": spec.env_id, "max_turns": spec.max_turns, "requires": spec.requires}
+                for spec in sorted(specs, key=lambda spec: spec.requires is not None)]
 
     @staticmethod
     def tasks(env_id: str, split: str) -> list[dict[str, Any]]:

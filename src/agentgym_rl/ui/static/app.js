@@ -251,7 +251,8 @@ function tokenView(tokens) {
 
 async function loadEnvs() {
   const body = await api("/api/envs");
-  $("p-env").replaceChildren(...body.envs.map((e) => el("option", { value: e.id }, e.id)));
+  $("p-env").replaceChildren(...body.envs.map((e) => el("option", { value: e.id, title: e.requires ? `needs ${e.requires}` : "" },
+    e.requires ? `${e.id} (needs your own setup)` : e.id)));
   await loadItems();
 }
 
