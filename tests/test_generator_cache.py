@@ -156,14 +156,15 @@ def test_prompts_extending_no_cached_row_give_the_full_prefill_result(tiny_token
 def test_reset_drops_a_cache_made_stale_by_new_weights(tiny_tokenizer):
     model = _model(tiny_tokenizer)
     pad, stops = tiny_tokenizer.pad_token_id, [_end_id(tiny_tokenizer)]
-    cached_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=True)
+    # Both pinned to one thread: the same prefill must give the same floats.
+    cached_gen = HFGenerator(model, pad, stops, 0.0, reuse_cache=True, threads=1)
     prompts = [tiny_tokenizer.encode(text) for text in OPENINGS]
     turn0 = cached_gen.generate(prompts, MAX_NEW)
     next_prompts = [p + g.ids + [stops[0]] + tiny_tokenizer.encode("obs") for p, g in zip(prompts, turn0)]
     model.load_state_dict(_model(tiny_tokenizer, seed=1).state_dict())  # an "update" of the weights
     cached_gen.reset()
     got = cached_gen.generate(next_prompts, MAX_NEW)
-    want = HFGenerator(model, pad, stops, 0.0, reuse_cache=False).generate(next_prompts, MAX_NEW)
+    want = HFGenerator(model, pad, stops, 0.0, reuse_cache=False, threads=1).generate(next_prompts, MAX_NEW)
     assert [(g.ids, g.logprobs) for g in got] == [(g.ids, g.logprobs) for g in want]
 
 

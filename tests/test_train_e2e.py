@@ -131,7 +131,8 @@ def test_max_kl_skips_updates(tmp_path, counter_env_registered):
 def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, extra):
     """Training 4 steps straight equals training 2, stopping, and resuming for 2 more:
     same weights, same sampled trajectories, same metrics. The PPO case also restores a
-    value head, a LoRA adapter over its base, and an adaptive KL coefficient."""
+    value head, a LoRA adapter over its base, and an adaptive KL coefficient. Generation is
+    pinned to one thread: a count chosen by timing would change float rounding with the load."""
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
@@ -139,7 +140,7 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
         config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
             *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
             f"train.steps={steps}", "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6",
-            f"algo.name={algorithm}", *extra])
+            f"algo.name={algorithm}", "rollout.threads=1", *extra])
         RLTrainer(config, log=lambda _: None).fit(resume=resume)
         return tmp_path / name
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .threads import StepTimer, ThreadChooser
+
 # A continued batch keeps every column of the previous turn, including middle padding, rows'
 # stop-to-end padding and the columns of episodes that finished. Once it is this many times wider
 # than its longest prompt, attending over the dead columns costs more than prefilling afresh.
@@ -95,16 +97,22 @@ class HFGenerator:
             prompts fit one batch, hence a default large enough for 90 validation episodes.
         reuse_cache: keep the KV cache between calls (prefix caching). Only models whose cache
             is a `DynamicCache` of full-attention layers are continued; others always prefill.
+        threads: torch's CPU threads while generating: 0 chooses, call by call, between torch's
+            own count and 1 by timing decoding steps (`agent.threads`: 1 wins on a busy
+            machine); N pins N, for runs that must repeat bit for bit. The count in force before
+            a call is restored after it. Ignored on a GPU.
     """
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
-                 batch_size: int = 128, reuse_cache: bool = True):
+                 batch_size: int = 128, reuse_cache: bool = True, threads: int = 0):
         self.model = model
         self.pad_id = pad_id
         self.stop_ids = list(stop_ids)
         self.temperature = temperature
         self.batch_size = batch_size
         self.reuse_cache = reuse_cache
+        self.threads = threads
+        self._chooser = None
         self.prefilled_columns = 0
         """Prompt columns run through the model, summed over rows (padding included)."""
         self.reused_columns = 0
@@ -199,7 +207,7 @@ class HFGenerator:
         """Generate from `input_ids` (B, W) whose real tokens (`attention` == 1) are `prompts`,
         the first `cache.get_seq_length()` columns already in `cache` (None: none)."""
         import torch
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         width = input_ids.shape[1]
         reused = 0 if cache is None else cache.get_seq_length()
@@ -224,9 +232,17 @@ class HFGenerator:
             cache = appending_cache(self.model.config)
         was_training = self.model.training
         self.model.eval()
-        with torch.no_grad():
-            out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                      past_key_values=cache)
+        outer_threads = torch.get_num_threads()
+        timer = self._thread_timer(outer_threads)
+        try:
+            with torch.no_grad():
+                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                          past_key_values=cache,
+                                          logits_processor=None if timer is None else LogitsProcessorList([StepTimer(timer)]))
+        finally:
+            if timer is not None:
+                timer.finish()
+            torch.set_num_threads(outer_threads)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
         # scores: one (B, V) tensor per generated position, already divided by temperature.
@@ -247,6 +263,18 @@ class HFGenerator:
             batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
                            [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
         return generations, batch
+
+
+    def _thread_timer(self, outer_threads: int) -> Any:
+        """The timing of this call's thread counts (None: a pinned count is set instead)."""
+        import torch
+
+        if self.threads or next(self.model.parameters()).device.type != "cpu" or outer_threads == 1:
+            torch.set_num_threads(self.threads or outer_threads)
+            return None
+        if self._chooser is None or self._chooser.candidates[0] != outer_threads:
+            self._chooser = ThreadChooser((outer_threads, 1))
+        return self._chooser.call()
 
 
 def _continuable(cache: Any) -> bool:

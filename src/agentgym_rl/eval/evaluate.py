@@ -50,7 +50,8 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
     from ..agent.loading import load_model_and_tokenizer, resolve_device
 
     model, tokenizer = load_model_and_tokenizer(policy, dtype)
-    return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache)
+    return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache,
+                        rollout.threads if rollout is not None else 0)
 
 
 def served_policy(model_folder: str, rollout: RolloutConfig, temperature: float) -> ModelPolicy:

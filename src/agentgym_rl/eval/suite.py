@@ -73,7 +73,7 @@ class Policies:
         if self._model is None:
             model, tokenizer = load_model_and_tokenizer(self.policy, config.run.dtype)
             self._model = (model.to(resolve_device(config.run.device)), tokenizer)
-        return model_policy(*self._model, temperature, config.rollout.reuse_kv_cache)
+        return model_policy(*self._model, temperature, config.rollout.reuse_kv_cache, config.rollout.threads)
 
 
 def api_client(policy: Any) -> Any:

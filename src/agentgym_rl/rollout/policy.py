@@ -86,15 +86,17 @@ class ModelPolicy:
                 for g in generations]
 
 
-def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True) -> ModelPolicy:
+def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True,
+                 threads: int = 0) -> ModelPolicy:
     """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
     stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
-    turn for the next (see `HFGenerator`, and `RolloutConfig.reuse_kv_cache`)."""
+    turn for the next, `threads` are the CPU threads it generates on, 0 chosen by timing (see
+    `HFGenerator`, `RolloutConfig.reuse_kv_cache` and `RolloutConfig.threads`)."""
     from ..agent.generator import HFGenerator
 
     encoder = ChatEncoder(tokenizer)
     generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
-                            reuse_cache=reuse_cache)
+                            reuse_cache=reuse_cache, threads=threads)
     return ModelPolicy(generator, encoder)
 
 

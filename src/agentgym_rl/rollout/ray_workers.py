@@ -46,7 +46,7 @@ class _RolloutWorker:
 
         torch.set_num_threads(threads)
         self.model = AutoModelForCausalLM.from_config(model_config, torch_dtype=model_config.torch_dtype).eval()
-        self.policy = model_policy(self.model, tokenizer, temperature, rollout.reuse_kv_cache)
+        self.policy = model_policy(self.model, tokenizer, temperature, rollout.reuse_kv_cache, rollout.threads)
         make_env = registry.env_factory(env["id"], env["kwargs"], env["urls"], env["timeout"])
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env["invalid_action_penalty"]),
                                     rollout)

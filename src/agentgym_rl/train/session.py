@@ -159,7 +159,8 @@ class Session:
             encoder = ChatEncoder(self.tokenizer)
             return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder)
         rollout = self.config.rollout
-        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, rollout.reuse_kv_cache)
+        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, rollout.reuse_kv_cache,
+                            rollout.threads)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""

@@ -1,0 +1,183 @@
+"""Multi-turn rollout throughput side by side: ours against TRL's per-turn generation, on the
+same environments, model, tasks and sampling, each figure a median of interleaved repetitions.
+
+Run by hand (`make bench`); its tables go into docs/BENCHMARKS.md with the date and machine.
+
+    python bench/rollout_vs_trl.py [--reps 5] [--quick]
+
+Arms (every arm plays through our rollout engine, so only generation differs):
+- ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
+  thread count chosen by timing).
+- ours, 1 thread / 2 threads: the same with `rollout.threads` pinned.
+- TRL 1.16: the generation of `GRPOTrainer`'s multi-turn path without vLLM, mirrored here:
+  `_tool_call_loop` (trl/trainer/grpo_trainer.py) appends each tool result to the prompt and
+  completion ids and calls `_generate_single_turn` again, whose transformers branch left-pads
+  every prompt in full and calls `model.generate` with the trainer's `GenerationConfig`
+  (do_sample, temperature, top_p 1.0, top_k 0, eos ids), keeps each completion up to its first
+  EOS and returns no logprobs. TRL itself is not imported: its trainer needs a dataset and
+  accelerate's set-up around the same `generate` call.
+
+Conditions: a quiet machine at torch's default thread count, and a busy one (`--busy N`
+processes spinning, 4 by default: load about 6 on 2 cores). Floor: one forward pass, without
+gradients, over every final trajectory at once (each token is read once); generation's time
+as a multiple of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from agentgym_rl.agent.chat import ChatEncoder
+from agentgym_rl.agent.generator import Generation, HFGenerator
+from agentgym_rl.agent.tiny import TinyModelConfig, build_model, train_tokenizer
+from agentgym_rl.config import RolloutConfig
+from agentgym_rl.envs import registry, tasks
+from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.rollout.policy import ModelPolicy
+from agentgym_rl.train.demonstrations import collect_expert, conversation_text
+
+LARGER = TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=8, intermediate_size=1536)
+
+
+class TRLStyleGenerator:
+    """TRL 1.16's transformers generation path, one call per turn (see the module docstring)."""
+
+    def __init__(self, model, pad_id: int, eos_ids: list[int], temperature: float):
+        from transformers import GenerationConfig
+
+        self.model, self.pad_id, self.eos_ids = model, pad_id, eos_ids
+        self.config = GenerationConfig(max_new_tokens=1, do_sample=True, pad_token_id=pad_id, eos_token_id=eos_ids,
+                                       temperature=temperature, top_p=1.0, top_k=0, disable_compile=True)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        self.config.max_new_tokens = max_new_tokens
+        with torch.no_grad():
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.config)
+        completions = out[:, width:]
+        is_eos = torch.isin(completions, torch.tensor(self.eos_ids))
+        results = []
+        for row, eos in zip(completions.tolist(), is_eos.tolist()):
+            end = eos.index(True) + 1 if True in eos else len(row)
+            results.append(Generation(row[:end], [0.0] * end, True in eos))  # TRL computes no logprobs here
+        return results
+
+    def sync_weights(self, model) -> None:
+        pass
+
+
+def build(env_id: str, config: TinyModelConfig):
+    demos = collect_expert(env_id, "train", 40)
+    tokenizer = train_tokenizer(conversation_text(demos), config.vocab_size)
+    return build_model(tokenizer, config).eval(), tokenizer
+
+
+def play(arm: str, model, tokenizer, env_id: str, task_count: int, samples: int, turns: int, new_tokens: int):
+    encoder = ChatEncoder(tokenizer)
+    stop = [encoder.end_of_turn_id]
+    if arm == "TRL 1.16":
+        generator = TRLStyleGenerator(model, tokenizer.pad_token_id, stop, 1.0)
+    else:
+        threads = {"ours": 0, "ours, 1 thread": 1, "ours, 2 threads": 2}[arm]
+        generator = HFGenerator(model, tokenizer.pad_token_id, stop, 1.0, threads=threads)
+    engine = RolloutEngine(registry.env_factory(env_id), RolloutConfig(max_new_tokens=new_tokens, max_context=8192))
+    torch.manual_seed(0)
+    began = time.perf_counter()
+    with engine:
+        trajectories = engine.run(tasks(env_id, "train")[:task_count], ModelPolicy(generator, encoder), turns, samples)
+    seconds = time.perf_counter() - began
+    generated = sum(sum(t.loss_mask) for t in trajectories)
+    steps = sum(t.turns for t in trajectories)
+    return seconds, generated, steps, trajectories
+
+
+def floor_seconds(model, trajectories, pad_id: int) -> float:
+    """One no-grad forward pass over every final trajectory (right-padded, masked)."""
+    rows = [t.input_ids for t in trajectories]
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    began = time.perf_counter()
+    with torch.no_grad():
+        for start in range(0, len(rows), 8):
+            model(input_ids=ids[start:start + 8], attention_mask=mask[start:start + 8])
+    return time.perf_counter() - began
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
+
+
+def ratio_spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f}× ({min(values):.2f}–{max(values):.2f})"
+
+
+def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: int, busy: int, workload: dict) -> list[str]:
+    """Interleaved repetitions of every arm after a warm-up; one table row per arm."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        play(arms[0], model, tokenizer, env_id, **{**workload, "task_count": 2, "turns": 2})  # warm-up
+        results: dict[str, list[tuple[float, int, int, float]]] = {arm: [] for arm in arms}
+        for _ in range(reps):
+            for arm in arms:
+                seconds, generated, steps, trajectories = play(arm, model, tokenizer, env_id, **workload)
+                floor = floor_seconds(model, trajectories, tokenizer.pad_token_id)
+                results[arm].append((seconds, generated, steps, floor))
+                print(f"  {label} {arm}: {seconds:.1f} s, {generated / seconds:.0f} tokens/s", flush=True)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+    rows = []
+    for arm in arms:
+        runs = results[arm]
+        tokens_per_s = [g / s for s, g, _, _ in runs]
+        steps_per_s = [n / s for s, _, n, _ in runs]
+        vs_trl = [(g / s) / (gt / st) for (s, g, _, _), (st, gt, _, _) in zip(runs, results["TRL 1.16"])]
+        over_floor = [s / f for s, _, _, f in runs]
+        rows.append(f"| {label} | {arm} | {spread(tokens_per_s)} | {spread(steps_per_s)} | "
+                    f"{ratio_spread(vs_trl)} | {ratio_spread(over_floor)} |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--busy", type=int, default=4, help="spinning processes for the busy condition")
+    parser.add_argument("--quick", action="store_true", help="tiny model on BabyAI only, 2 repetitions")
+    args = parser.parse_args()
+    workload = {"task_count": 8, "samples": 4, "turns": 8, "new_tokens": 12}
+    arms = ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16"]
+    header = ["| env, model, machine | generation | generated tokens/s | env steps/s | vs TRL 1.16 (within rep) | "
+              "time / forward-only floor |", "|---|---|---|---|---|---|"]
+    rows = []
+    envs = ["babyai"] if args.quick else ["babyai", "textcraft"]
+    reps = 2 if args.quick else args.reps
+    for env_id in envs:
+        model, tokenizer = build(env_id, TinyModelConfig())
+        params = sum(p.numel() for p in model.parameters()) / 1e6
+        for machine, busy in (("quiet", 0), (f"busy ({args.busy} spinning)", args.busy)):
+            rows += measure(f"{env_id}, {params:.2f}M, {machine}", arms, model, tokenizer, env_id, reps, busy, workload)
+    if not args.quick:
+        model, tokenizer = build("babyai", LARGER)
+        params = sum(p.numel() for p in model.parameters()) / 1e6
+        rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "TRL 1.16"], model, tokenizer, "babyai",
+                        max(3, reps - 2), 0, workload)
+    print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads by default; {workload['task_count']} tasks × {workload['samples']} "
+          f"samples, {workload['turns']} turns, {workload['new_tokens']} new tokens per turn, temperature 1, "
+          f"untrained model; median (min–max) of {reps} interleaved repetitions")
+    print("\n".join(header + rows))
+
+
+if __name__ == "__main__":
+    main()
