@@ -122,7 +122,8 @@ def ratio_spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f}× ({min(values):.2f}–{max(values):.2f})"
 
 
-def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: int, busy: int, workload: dict) -> list[str]:
+def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: int, busy: int,
+            workload: dict) -> list[str]:
     """Interleaved repetitions of every arm after a warm-up; one table row per arm."""
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     try:

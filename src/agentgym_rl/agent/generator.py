@@ -234,11 +234,11 @@ class HFGenerator:
         self.model.eval()
         outer_threads = torch.get_num_threads()
         timer = self._thread_timer(outer_threads)
+        processors = None if timer is None else LogitsProcessorList([StepTimer(timer)])
         try:
             with torch.no_grad():
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                          past_key_values=cache,
-                                          logits_processor=None if timer is None else LogitsProcessorList([StepTimer(timer)]))
+                                          past_key_values=cache, logits_processor=processors)
         finally:
             if timer is not None:
                 timer.finish()
@@ -263,7 +263,6 @@ class HFGenerator:
             batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
                            [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
         return generations, batch
-
 
     def _thread_timer(self, outer_threads: int) -> Any:
         """The timing of this call's thread counts (None: a pinned count is set instead)."""

