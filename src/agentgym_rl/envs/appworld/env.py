@@ -28,6 +28,7 @@ train ids.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import UserError
-from ..base import EnvStateError, StepResult, TextEnv
+from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..remote import RemoteEnvError, ServerConnection
 from ..tasks import Task
 
@@ -133,8 +134,8 @@ class AppWorldEnv(TextEnv):
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         ids = self._test + self._train
-        index = int(str(item_id).rsplit("_", 1)[-1]) if item_id is not None else (seed or 0) % len(ids)
-        if not 0 <= index < len(ids):
+        index = parse_item_index(item_id, self.env_id) if item_id is not None else (seed or 0) % len(ids)
+        if index >= len(ids):
             raise ValueError(f"appworld has items 0..{len(ids) - 1}, got {item_id}")
         self._close_task()
         self._task_id = ids[index]
@@ -168,10 +169,9 @@ class AppWorldEnv(TextEnv):
 
     def _close_task(self) -> None:
         if self._task_id is not None:
-            try:
+            # The server may have dropped the task already; the next initialize replaces it anyway.
+            with contextlib.suppress(RemoteEnvError):
                 self._call("/close")
-            except RemoteEnvError:
-                pass  # the server may have dropped the task already; the next initialize replaces it
             self._task_id = None
 
     def close(self) -> None:
