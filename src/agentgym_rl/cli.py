@@ -323,11 +323,15 @@ def train(
     -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py)."""
     from .config import RLConfig, load_config
     from .eval.plots import plot_run
+    from .train import distributed
     from .train.rl import RLTrainer
 
     train_config = load_config(RLConfig, config, overrides or [])
     trainer = RLTrainer(train_config)
-    trainer.fit(resume=resume)
+    try:
+        trainer.fit(resume=resume)
+    finally:
+        distributed.stop()
     if trainer.rank == 0:  # under torchrun, rank 0 holds the run
         typer.echo(f"run folder: {trainer.run_dir}  plot: {plot_run(trainer.run_dir)}")
 

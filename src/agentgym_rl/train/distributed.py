@@ -38,6 +38,14 @@ def start(device: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def stop() -> None:
+    """Leave the process group `start` joined. A rank that exits with it still open can abort at
+    interpreter shutdown ("terminate called without an active exception", seen once in a
+    2-rank test run after training had finished)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def gather(items: list[Any]) -> list[Any]:
     """Every rank's `items` (picklable), concatenated in rank order, on every rank."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
