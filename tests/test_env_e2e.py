@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from test_cli import cli
 
 from agentgym_rl.agent.loading import load_model_and_tokenizer
@@ -80,3 +82,26 @@ def test_a_strong_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monk
     assert "warm-up: " in out and "expert demonstrations" in out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "train/success" in r] == [1] and rows[-1]["train/errors"] == 0
+
+
+def test_a_run_starts_from_another_runs_warm_up(tmp_path, capsys, monkeypatch):
+    """`warmup_model/` is the model as the warm-up left it: a run started from it without a
+    warm-up plays the first run's step-0 validation episodes token for token."""
+    tiny = [override for override in TINY_RUN if not override.startswith(("env.kwargs", "warmup.episodes"))]
+    first = [*tiny, "warmup.episodes=4", "warmup.epochs=2", "model.corpus_episodes=4", "rollout.threads=1",
+             "rollout.max_new_tokens=12", f"run.output_dir={tmp_path}"]
+    code, _, err = cli("train", str(REPO / "configs" / "babyai_strong.yaml"), *first, "run.name=first")
+    assert code == 0, err[-3000:]
+    warmed, base = tmp_path / "first" / "warmup_model", tmp_path / "first" / "base_model"
+    assert any(not torch.equal(load_file(warmed / "model.safetensors")[name], weights)
+               for name, weights in load_file(base / "model.safetensors").items())
+    code, out, err = cli("train", str(REPO / "configs" / "babyai_strong.yaml"), *first, "run.name=second",
+                         f"model.path={warmed}", "warmup.episodes=0")
+    assert code == 0, err[-3000:]
+    assert "warm-up: " not in out
+
+    def step_zero_validation(run: str) -> list[list[int]]:
+        lines = (tmp_path / run / "validation" / "step_000000.jsonl").read_text().splitlines()
+        return [json.loads(line)["input_ids"] for line in lines]
+
+    assert step_zero_validation("first") == step_zero_validation("second")

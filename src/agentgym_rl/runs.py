@@ -9,6 +9,7 @@
   validation/        step_000000.jsonl ... episodes of each validation
   checkpoints/       step_000044/ (RL), round_001/ (RFT), final/ (SFT, DPO): model/ is an HF folder
   base_model/        the tiny model and tokenizer as built
+  warmup_model/      the model after the warm-up, when the config has one
   report/            plots and summaries
 ```
 
