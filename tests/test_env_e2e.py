@@ -70,7 +70,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert 0.0 <= summary["success"] <= summary["pass_at_k"] <= 1.0
 
 
-@pytest.mark.parametrize("recipe", ["babyai_strong"])
+@pytest.mark.parametrize("recipe", ["babyai_strong", "textcraft_strong"])
 def test_a_strong_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monkeypatch, recipe):
     """The recipe's own code path (its warm-up with the observation loss, the curriculum, the
     20-turn validation) with everything cut small."""
