@@ -288,8 +288,34 @@ def test_expert_plan_is_short_and_reads_well():
     assert play_expert(env, expert, index_of("oak_fence")) == (True, 5)
 
 
-def test_expert_recovers_after_random_actions():
-    env, expert = TextCraftEnv(), TextCraftExpert()
+def expert_actions(env, index: int) -> list[str]:
+    env.reset(index)
+    actions = []
+    while True:
+        reply = env.expert_action()
+        actions.append(reply.split("Action: ")[1])
+        if env.step(reply)[2]:
+            return actions
+
+
+def test_depth_first_expert_fetches_each_ingredient_where_a_command_needs_it():
+    # A chain takes 1 iron ingot (9 iron nuggets) and 2 iron nuggets: gets first fetches the
+    # sum, 11, a number no crafting command shows; depth first fetches 9, crafts, then 2.
+    assert expert_actions(TextCraftEnv(), index_of("chain")) == [
+        "get 11 iron nugget", "craft 1 iron ingot using 9 iron nugget", "craft 1 chain using 1 iron ingot, 2 iron nugget"]
+    assert expert_actions(TextCraftEnv(expert_order="depth_first"), index_of("chain")) == [
+        "get 9 iron nugget", "craft 1 iron ingot using 9 iron nugget", "get 2 iron nugget",
+        "craft 1 chain using 1 iron ingot, 2 iron nugget"]
+    env, expert = TurnLimit(TextCraftEnv(expert_order="depth_first"), 20), TextCraftExpert()
+    items = list(split_indices()["test"]) + list(split_indices()["train"][::4])
+    assert all(play_expert(env, expert, index)[0] for index in items)
+    with pytest.raises(ValueError, match="expert_order must be one of gets_first, depth_first"):
+        TextCraftEnv(expert_order="backwards")
+
+
+@pytest.mark.parametrize("order", ["gets_first", "depth_first"])
+def test_expert_recovers_after_random_actions(order):
+    env, expert = TextCraftEnv(expert_order=order), TextCraftExpert()
     rng = random.Random(0)
     for index in split_indices()["test"][:30]:
         env.reset(index)

@@ -29,6 +29,8 @@ from .crafting import execute
 from .goals import ENV_ID, crafting_commands, item_goal, split_indices
 from .recipes import RecipeBook, display, load_recipe_book
 
+EXPERT_ORDERS = ("gets_first", "depth_first")
+
 INSTRUCTION = (
     "You craft Minecraft items in a text game. You are given crafting commands and a goal item. "
     "Each turn, do one action:\n"
@@ -54,15 +56,21 @@ class TextCraftEnv(TextEnv):
     env_id = ENV_ID
     instruction = INSTRUCTION
 
-    def __init__(self, variant: int = 0) -> None:
+    def __init__(self, variant: int = 0, expert_order: str = "gets_first") -> None:
         """Args:
             variant: 0 shows each item's crafting commands as the original does; another
                 number draws other distractor recipes, in another order, for the same goals:
                 more diverse demonstrations of the training items (evaluate with 0).
+            expert_order: how `expert_action` orders its plan: "gets_first" (every raw
+                material first, in the total amount) or "depth_first" (each ingredient where
+                it is needed, in the amount a crafting command shows; `expert` module).
         """
         if not isinstance(variant, int) or variant < 0:
             raise ValueError(f"variant must be a non-negative integer; got {variant!r}")
+        if expert_order not in EXPERT_ORDERS:
+            raise ValueError(f"expert_order must be one of {', '.join(EXPERT_ORDERS)}; got {expert_order!r}")
         self.variant = variant
+        self.expert_order = expert_order
         self.book: RecipeBook = load_recipe_book()
         self._goal: str | None = None
         self._commands: list[str] = []

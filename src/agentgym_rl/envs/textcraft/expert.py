@@ -4,8 +4,11 @@ The plan (`plan`) works backwards from the goal: an item still missing is fetche
 is a raw material, else made with the recipe that needs the fewest turns (counting one turn
 per craft and per `get`), as many times as the amount needs; a tag ingredient (`planks`)
 takes the member item already held, else the cheapest one (on a tie, one the goal's recipes
-name anyway: oak planks for an oak fence's sticks). All `get`s come first (each raw
-material once, in the total amount), then the crafts, ingredients before what they make.
+name anyway: oak planks for an oak fence's sticks). In the original order all `get`s come
+first (each raw material once, in the total amount), then the crafts, ingredients before what
+they make. In depth-first order each ingredient is fetched or made where the recipe needing it
+is crafted, in that recipe's amount: more turns, but every number in an action is one a
+crafting command shows (no sums over the tree), which a small model can copy.
 The expert replies with the plan's first step, so it needs no memory between turns and
 recovers from any state (e.g. after another policy's actions).
 
@@ -40,14 +43,15 @@ class _Planner:
     material fetched anyway is reused rather than made again another way.
     """
 
-    def __init__(self, book: RecipeBook, inventory: dict[str, int], goal: str):
+    def __init__(self, book: RecipeBook, inventory: dict[str, int], goal: str, depth_first: bool = False):
         self.book = book
         self.goal = goal
+        self.depth_first = depth_first
         #: Items the recipes of the goal's tree name explicitly (preferred for tags).
         self.named = {i.name for recipe in book.tree(goal) for i in recipe.inputs if not i.is_tag}
         self.stock = dict(inventory)
         self.gets: dict[str, tuple[int, str]] = {}  # raw item -> (amount, what it is for)
-        self.crafts: list[Step] = []
+        self.crafts: list[Step] = []  # depth-first: the gets too, in order
         self._costs: dict[tuple[str, int], float] = {}  # valid until stock or gets change
 
     # -- turn estimates --------------------------------------------------------------------
@@ -57,7 +61,7 @@ class _Planner:
         if amount <= 0:
             return 0
         if self.book.is_raw(item):
-            return 0 if item in self.gets else 1  # one `get` fetches any amount
+            return 0 if item in self.gets and not self.depth_first else 1  # one `get` fetches any amount
         key = (item, amount)
         if key not in self._costs:
             if item in visiting:
@@ -122,6 +126,10 @@ class _Planner:
     def _make(self, item: str, amount: int, purpose: str) -> bool:
         """Plan to fetch or craft `amount` of `item` (set aside for `purpose`)."""
         self._costs.clear()
+        if self.book.is_raw(item) and self.depth_first:
+            self.crafts.append(Step(f"get {amount} {display(item)}",
+                                    f"I need {amount} {display(item)} to craft {display(purpose)}."))
+            return True
         if self.book.is_raw(item):
             total, first_purpose = self.gets.get(item, (0, purpose))
             self.gets[item] = (total + amount, first_purpose)
@@ -147,21 +155,27 @@ class _Planner:
         return True
 
 
-def plan(book: RecipeBook, goal: str, inventory: dict[str, int]) -> list[Step] | None:
-    """The expert's steps from `inventory` to crafting `goal` (None: impossible)."""
-    return _Planner(book, inventory, goal).plan()
+def plan(book: RecipeBook, goal: str, inventory: dict[str, int], depth_first: bool = False) -> list[Step] | None:
+    """The expert's steps from `inventory` to crafting `goal` (None: impossible), gets first
+    or depth-first (see the module's docstring)."""
+    return _Planner(book, inventory, goal, depth_first).plan()
 
 
 class TextCraftExpert:
     """Expert policy for `TextCraftEnv` (possibly wrapped): `act(env)` returns a ReAct reply.
 
     Stateless: it reads the goal, inventory and recipe book of `env.unwrapped` each turn, so
-    one expert may play many environments at once.
+    one expert may play many environments at once. `depth_first` None plans in the order the
+    environment's `expert_order` names.
     """
+
+    def __init__(self, depth_first: bool | None = None):
+        self.depth_first = depth_first
 
     def act(self, env) -> str:
         base = env.unwrapped
-        steps = plan(base.book, base.goal, base.inventory)
+        depth_first = self.depth_first if self.depth_first is not None else base.expert_order == "depth_first"
+        steps = plan(base.book, base.goal, base.inventory, depth_first)
         if not steps:
             return f"Thought: I see no way to craft the {display(base.goal)}.\nAction: inventory"
         return f"Thought: {steps[0].thought}\nAction: {steps[0].action}"
