@@ -165,17 +165,13 @@ class TextCraftExpert:
     """Expert policy for `TextCraftEnv` (possibly wrapped): `act(env)` returns a ReAct reply.
 
     Stateless: it reads the goal, inventory and recipe book of `env.unwrapped` each turn, so
-    one expert may play many environments at once. `depth_first` None plans in the order the
-    environment's `expert_order` names.
+    one expert may play many environments at once; it plans in the order the environment's
+    `expert_order` names.
     """
-
-    def __init__(self, depth_first: bool | None = None):
-        self.depth_first = depth_first
 
     def act(self, env) -> str:
         base = env.unwrapped
-        depth_first = self.depth_first if self.depth_first is not None else base.expert_order == "depth_first"
-        steps = plan(base.book, base.goal, base.inventory, depth_first)
+        steps = plan(base.book, base.goal, base.inventory, base.expert_order == "depth_first")
         if not steps:
             return f"Thought: I see no way to craft the {display(base.goal)}.\nAction: inventory"
         return f"Thought: {steps[0].thought}\nAction: {steps[0].action}"
