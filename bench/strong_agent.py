@@ -3,7 +3,8 @@ and after RL on the whole test split, and summarised with paired standard errors
 
 Run by hand; its tables go into docs/RESULTS.md with the command, machine and date.
 
-    python bench/strong_agent.py bench/studies/babyai_strong.yaml [--seeds 0 1 2] [--out runs/study]
+    python bench/strong_agent.py bench/studies/babyai_strong.yaml [--seeds 0 1 2] [--arms recipe]
+        [--pass-k 0] [--out runs/study]
     python bench/strong_agent.py bench/studies/babyai_horizon.yaml --set model.path=WARMED_UP_MODEL
 
 A study file names a recipe, the seeds and its arms (overrides put on the recipe):
@@ -140,10 +141,11 @@ def main() -> None:
     parser.add_argument("--arms", nargs="*", help="run only these arms")
     parser.add_argument("--out", default=None, help="folder of the runs (default runs/study_<name>)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides put on every arm, e.g. model.path=DIR")
+    parser.add_argument("--pass-k", type=int, help="override the study's pass_k (0: no Pass@k evaluation)")
     args = parser.parse_args()
     study = yaml.safe_load(Path(args.study).read_text())
     seeds = args.seeds or study.get("seeds", [0])
-    pass_k = int(study.get("pass_k", 0))
+    pass_k = args.pass_k if args.pass_k is not None else int(study.get("pass_k", 0))
     out = Path(args.out or f"runs/study_{Path(args.study).stem}").resolve()
     arms = {name: [*(overrides or []), *args.set] for name, overrides in study["arms"].items()
             if not args.arms or name in args.arms}
