@@ -214,7 +214,7 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
                  log: Callable[[str], Any]) -> tuple[Any, Any]:
     """The model a new run starts from, on `device` in `run.dtype`: `model.path`, or the tiny
     model built under `run_dir/base_model`; then the warm-up, if the config asks for one, saved
-    under `run_dir/warmup_model`."""
+    under `run_dir/warmup_model` (with LoRA it is `run_dir/lora_base`)."""
     warmup = getattr(config, "warmup", None)
     warmup_episodes = warmup.episodes if warmup is not None else 0
     builds_tiny = config.model.path is None
@@ -241,8 +241,10 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
         warm_up(model, tokenizer, demos, warmup, config.run.seed, log)
         # Kept so that runs can start from the same warm-up (model.path=RUN/warmup_model
         # warmup.episodes=0): the RL-vs-imitation and horizon studies compare arms from it.
-        model.save_pretrained(run_dir / "warmup_model")
-        tokenizer.save_pretrained(run_dir / "warmup_model")
+        # With LoRA, `lora_base` is this same model.
+        if not config.model.lora_rank:
+            model.save_pretrained(run_dir / "warmup_model")
+            tokenizer.save_pretrained(run_dir / "warmup_model")
     return model, tokenizer
 
 
