@@ -106,8 +106,9 @@ class Session:
     def start(cls, config: Any, log: Callable[[str], Any] = print, corpus: Callable[[], list[str]] | None = None,
               already_running: str = "choose a new run.name", **learner_options: Any) -> Session:
         """Start a new run in `config.run.dir`: write its config, seed torch, load `model.path` or
-        build the tiny model, warm it up (`config.warmup`, when the config has one), wrap it in
-        LoRA (`model.lora_rank`), and make its learner.
+        build the tiny model, warm it up (`config.warmup`, when the config has one), keep that
+        model (`lora_base/` under LoRA, which it wraps in, else `warmup_model/` after a warm-up),
+        and make its learner.
 
         Args:
             corpus: the texts the tiny model's tokenizer is trained on; None plays
@@ -120,13 +121,18 @@ class Session:
         run_dir = config.run.dir
         start_run(run_dir, config, hint=already_running)
         torch.manual_seed(config.run.seed)
-        model, tokenizer = _first_model(config, run_dir, device, corpus, log)
+        model, tokenizer, warmed_up = _first_model(config, run_dir, device, corpus, log)
         if config.model.lora_rank:
             # The base is what the saved adapter applies to, and the reference policy (adapter off).
             model.save_pretrained(run_dir / "lora_base")
             tokenizer.save_pretrained(run_dir / "lora_base")
             lora = config.model
             model = apply_lora(model, lora.lora_rank, lora.lora_alpha, lora.lora_dropout, lora.lora_targets)
+        elif warmed_up:
+            # Kept so that runs can start from the same warm-up (model.path=RUN/warmup_model
+            # warmup.episodes=0): the RL-vs-imitation and horizon studies compare arms from it.
+            model.save_pretrained(run_dir / "warmup_model")
+            tokenizer.save_pretrained(run_dir / "warmup_model")
         return cls(config, run_dir, model, tokenizer, Learner(model, config.optim, **learner_options),
                    MetricsLogger(run_dir), device, log)
 
@@ -211,10 +217,10 @@ class Session:
 
 
 def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Callable[[], list[str]] | None,
-                 log: Callable[[str], Any]) -> tuple[Any, Any]:
+                 log: Callable[[str], Any]) -> tuple[Any, Any, bool]:
     """The model a new run starts from, on `device` in `run.dtype`: `model.path`, or the tiny
-    model built under `run_dir/base_model`; then the warm-up, if the config asks for one, saved
-    under `run_dir/warmup_model` (with LoRA it is `run_dir/lora_base`)."""
+    model built under `run_dir/base_model`; then the warm-up, if the config asks for one
+    (the flag returned)."""
     warmup = getattr(config, "warmup", None)
     warmup_episodes = warmup.episodes if warmup is not None else 0
     builds_tiny = config.model.path is None
@@ -239,13 +245,7 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
             f"vocabulary {len(tokenizer)}")
     if warmup_episodes:
         warm_up(model, tokenizer, demos, warmup, config.run.seed, log)
-        # Kept so that runs can start from the same warm-up (model.path=RUN/warmup_model
-        # warmup.episodes=0): the RL-vs-imitation and horizon studies compare arms from it.
-        # With LoRA, `lora_base` is this same model.
-        if not config.model.lora_rank:
-            model.save_pretrained(run_dir / "warmup_model")
-            tokenizer.save_pretrained(run_dir / "warmup_model")
-    return model, tokenizer
+    return model, tokenizer, bool(warmup_episodes)
 
 
 def _demonstrations_file(path: str, env_id: str, log: Callable[[str], Any]) -> list[Trajectory]:

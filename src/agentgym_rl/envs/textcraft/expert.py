@@ -61,7 +61,7 @@ class _Planner:
         if amount <= 0:
             return 0
         if self.book.is_raw(item):
-            return 0 if item in self.gets and not self.depth_first else 1  # one `get` fetches any amount
+            return 0 if item in self.gets else 1  # one `get` fetches any amount (depth-first: gets stays empty)
         key = (item, amount)
         if key not in self._costs:
             if item in visiting:
