@@ -72,6 +72,9 @@ def test_a_dead_actor_fails_its_episode_not_the_run(on_ray):
     env = on_ray()
     env.reset(0)
     ray.kill(env._actor)
+    # `ray.kill` returns before the actor is gone: a call sent at once can still be served.
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(env._actor.__ray_ready__.remote(), timeout=60)
     with pytest.raises(RayEnvError, match="died"):
         env.step("go forward")
 
