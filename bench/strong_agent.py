@@ -134,6 +134,46 @@ def plot(reports: dict[str, list[dict]], out: Path) -> Path:
     return path
 
 
+def _train_curve(run_dir: Path, key: str) -> list[float]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [row[key] for row in rows if key in row]
+
+
+def curves(reports: dict[str, list[dict]], out: Path, window: int = 3) -> Path | None:
+    """Lines: each arm's training success and mean turns per RL step, averaged over seeds and
+    over `window` steps (one step is 32 episodes, too few to read alone); None without RL steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    drawn = False
+    for arm, runs in reports.items():
+        for ax, key, scale in ((axes[0], "train/success", 100), (axes[1], "train/turns", 1)):
+            per_seed = [_train_curve(out / r["name"], key) for r in runs]
+            steps = min(len(c) for c in per_seed)
+            if steps < window:
+                continue
+            mean = [scale * sum(c[i] for c in per_seed) / len(per_seed) for i in range(steps)]
+            smooth = [sum(mean[i - window + 1:i + 1]) / window for i in range(window - 1, steps)]
+            ax.plot(range(window, steps + 1), smooth, label=arm)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0].set_ylabel(f"training success (%), mean of {window} steps")
+    axes[1].set_ylabel("mean turns per episode")
+    for ax in axes:
+        ax.set_xlabel("RL step")
+    axes[0].legend()
+    fig.tight_layout()
+    path = out / "study_curves.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="the study YAML (config, seeds, arms)")
@@ -160,6 +200,9 @@ def main() -> None:
     (out / "study.md").write_text(text + "\n")
     print(text)
     print(f"plot: {plot(reports, out)}")
+    training = curves(reports, out)
+    if training:
+        print(f"training curves: {training}")
 
 
 if __name__ == "__main__":

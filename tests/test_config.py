@@ -34,6 +34,21 @@ def test_every_config_loads_and_names_real_components(path):
         assert config.algo.spec().name == config.algo.name
 
 
+STUDIES = sorted((REPO / "bench" / "studies").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_every_study_arm_is_a_valid_override_of_its_recipe(path):
+    """`bench/strong_agent.py` runs each arm as `train RECIPE *overrides`: a typo would surface
+    only after the arms before it had run for an hour."""
+    import yaml
+
+    study = yaml.safe_load(path.read_text())
+    recipe = REPO / study["config"]
+    for overrides in study["arms"].values():
+        load_config(config_class(recipe), recipe, overrides or [])
+
+
 def test_a_saved_config_loads_back_equal(tmp_path):
     import yaml
 
