@@ -193,6 +193,17 @@ def test_engine_runs_reset_the_cache_and_match_the_uncached_engine(tiny_tokenize
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
 
 
+def test_more_episodes_than_the_cached_batch_are_played_in_batches_that_keep_it(tiny_tokenizer):
+    """Five episodes, a cache kept for two prompts: the engine plays two at a time (refilling as
+    they end), so later turns read the cache; five at once would be prefilled afresh every turn."""
+    policy = model_policy(_model(tiny_tokenizer), tiny_tokenizer, 0.0)
+    policy.generator.batch_size = 2
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=MAX_NEW))
+    out = engine.run([Task("counter", i, "c") for i in range(5)], policy, max_turns=3)
+    assert [t.turns for t in out] == [3] * 5
+    assert policy.generator.reused_columns > 0
+
+
 def test_engine_resets_a_generator_at_the_start_and_end_of_each_run(tiny_tokenizer):
     from conftest import ScriptedGenerator
 

@@ -13,6 +13,7 @@ from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.tasks import Task
 from agentgym_rl.rollout.engine import RolloutEngine
+from agentgym_rl.rollout.policy import ScriptedPolicy
 
 
 class _LiveCounter:
@@ -59,6 +60,24 @@ def test_the_factory_limit_applies_when_the_config_sets_none():
     with RolloutEngine(counter) as engine:
         engine.run([Task("counter", i, "c") for i in range(5)], CounterExpert(), max_turns=3, progress=finished.append)
     assert counter.most == 3 and sum(finished) == 5
+
+
+class _BatchOfThree(ScriptedPolicy):
+    max_batch = 3
+
+
+def test_the_smaller_of_the_factory_and_policy_limits_applies():
+    """A model policy keeps its KV cache for a batch of `max_batch` episodes: more at once would
+    be prefilled afresh every turn."""
+    limits = []
+    for factory_cap in (0, 2, 5):
+        counter = _LiveCounter()
+        counter.max_parallel = factory_cap
+        with RolloutEngine(counter) as engine:
+            out = engine.run([Task("counter", i, "c") for i in range(5)], _BatchOfThree(CounterExpert()), max_turns=3, samples=2)
+        assert len(out) == 10 and all(t.success for t in out)
+        limits.append(counter.most)
+    assert limits == [3, 2, 3]
 
 
 def test_environments_are_reused_across_episodes_and_runs():

@@ -119,6 +119,11 @@ class HFGenerator:
         """Prompt columns read from the kept cache instead, summed over rows."""
         self._last: _Batch | None = None
 
+    @property
+    def max_cached_batch(self) -> int:
+        """The most prompts whose KV cache is kept for the next call (0: no cache is kept)."""
+        return self.batch_size if self.reuse_cache else 0
+
     def reset(self) -> None:
         """Drop the kept KV cache (it is stale once the weights change)."""
         self._last = None

@@ -134,8 +134,9 @@ class RolloutConfig:
     """Open each conversation with the environment's instruction as a system message (a model
     must be evaluated as it was trained: the tiny model's recipes leave it out)."""
     max_envs: NonNegative = 0
-    """Most environments alive at once (0: the environment's own limit, else all episodes).
-    Heavy environments (a SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
+    """Most environments alive at once (0: the smaller of the environment's own limit and the
+    batch a model policy keeps its KV cache for, 128; else all episodes). Heavy environments (a
+    SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""

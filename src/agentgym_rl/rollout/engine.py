@@ -108,7 +108,9 @@ class RolloutEngine:
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int,
              seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
         jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
-        limit = self.config.max_envs or getattr(self.make_env, "max_parallel", 0) or len(jobs)
+        limit = self.config.max_envs or min(
+            [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0)) if cap],
+            default=len(jobs))
         episodes: list[_Episode] = []
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
             while True:

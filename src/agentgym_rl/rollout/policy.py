@@ -46,6 +46,8 @@ class Policy(Protocol):
     Attributes:
         encoder: the chat encoder of a token policy (the engine encodes conversations with it),
             None for a text policy.
+
+    A policy may also define `max_batch`, optional: the most episodes worth playing at once.
     """
 
     encoder: ChatEncoder | None
@@ -74,6 +76,13 @@ class ModelPolicy:
         reset = getattr(self.generator, "reset", None)  # optional: a generator may keep no state
         if reset is not None:
             reset()
+
+    @property
+    def max_batch(self) -> int:
+        """Most episodes worth playing at once (0: no limit): a generator keeping its KV cache
+        across turns keeps it only for a batch this size; more episodes would be prefilled
+        afresh on every turn."""
+        return getattr(self.generator, "max_cached_batch", 0)
 
     def sync_weights(self, model: Any) -> None:
         """Sample from `model`'s weights from now on (see `Generator.sync_weights`)."""
