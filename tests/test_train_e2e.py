@@ -83,6 +83,8 @@ def test_every_algorithm_trains_on_babyai_through_the_cli(tmp_path, algorithm):
     assert all(math.isfinite(v) for r in rows for v in r.values() if isinstance(v, float))
     if algorithm == "ppo":
         assert all("update/value_loss" in r for r in rows)
+        # The critic's values are scored before the advantages, in every step; part of the update's time.
+        assert all(0 < r["time/score_s"] < r["time/update_s"] for r in rows)
     if algorithm == "reinforce++":  # KL in the reward, to a frozen copy of the warmed-up model
         assert all(r["kl_coef"] == 0.001 for r in rows)
     assert (run_dir / "checkpoints" / "step_000002" / "model" / "config.json").is_file()

@@ -325,7 +325,7 @@ class RLTrainer(Trainer):
         # over the rows of groups without signal.
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
-            self._score(batch, beta)
+            metrics["time/score_s"] = self._score(batch, beta)
         rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
         fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
                   "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
@@ -361,7 +361,7 @@ class RLTrainer(Trainer):
             return metrics
         batch = batch.rows(keep)
         if not score_first:
-            self._score(batch, beta)
+            metrics["time/score_s"] = self._score(batch, beta)
         rng = torch.Generator().manual_seed(self.config.run.seed * 100_003 + step)
         weight_by = "tokens" if spec.aggregation == "token-mean" else "sequences"
         skip = ("approx_kl", algo.max_kl) if algo.max_kl > 0 else None
@@ -385,9 +385,11 @@ class RLTrainer(Trainer):
             self.kl_control.update(summed["kl"] / updates, n_steps=len(rows))
         return metrics
 
-    def _score(self, batch: TokenBatch, beta: float) -> None:
+    def _score(self, batch: TokenBatch, beta: float) -> float:
         """Add the rows' old logprobs (recomputed by the learner), old values (with a critic)
-        and reference logprobs (with a KL term) to `batch`, in place."""
+        and reference logprobs (with a KL term) to `batch`, in place; returns the seconds taken
+        (part of the step's `time/update_s`)."""
+        began = time.time()
         if self.config.algo.recompute_old_logprobs or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
@@ -397,6 +399,7 @@ class RLTrainer(Trainer):
                 batch.old_values = scored["values"]
         if beta > 0:
             batch.ref_logprobs = self._reference_logprobs(batch)
+        return time.time() - began
 
     def _reference_logprobs(self, batch: TokenBatch) -> torch.Tensor:
         if self.reference is None:
