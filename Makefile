@@ -50,6 +50,7 @@ test-vllm: $(VLLM_VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/rollout_vs_trl.py
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py

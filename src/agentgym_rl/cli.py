@@ -40,7 +40,8 @@ def algos() -> None:
 FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval.episodes",
              "--samples": "eval.samples", "--max-turns": "eval.max_turns", "--temperature": "eval.temperature",
              "--max-new-tokens": "rollout.max_new_tokens", "--seed": "run.seed",
-             "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache"}
+             "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache",
+             "--listed-actions-only": "eval.listed_actions_only"}
 
 POLICY = typer.Option(None, help="'expert', 'random', or a local model folder (a run's checkpoint brings its "
                       "run's env and rollout settings).")
@@ -123,6 +124,9 @@ def eval_command(
     reuse_kv_cache: Optional[bool] = typer.Option(None, "--reuse-kv-cache/--no-reuse-kv-cache", help="Keep "
                                                   "each turn's KV cache for the next turn (rollout.reuse_kv_cache; "
                                                   "off only to compare speed or save memory)."),
+    listed_actions_only: Optional[bool] = typer.Option(None, "--listed-actions-only", help="Restrict a model's "
+                                                       "replies to the actions the environment lists (constrained "
+                                                       "decoding; eval.listed_actions_only)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     trajectories: Optional[Path] = typer.Option(None, help="Write the episodes as JSONL here."),
 ) -> None:
@@ -133,7 +137,8 @@ def eval_command(
     config, policy = _play_config(policy, run, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
-        "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache}, env_arg, overrides)
+        "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
+        "--listed-actions-only": listed_actions_only}, env_arg, overrides)
     summary, episodes_run = evaluate_played(config, policy)
     typer.echo(format_table(summary))
     if json_out is not None:

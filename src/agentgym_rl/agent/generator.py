@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .constrained import AllowedReplies
 from .threads import StepTimer, ThreadChooser
 
 # A continued batch keeps every column of the previous turn, including middle padding, rows'
@@ -43,6 +44,9 @@ class Generator(Protocol):
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
         """Sample one continuation per prompt."""
         ...
+
+    # A generator that can restrict replies also takes `allowed` (see `HFGenerator.generate`)
+    # and sets `restricts_replies = True`.
 
     def sync_weights(self, model: Any) -> None:
         """Sample from `model`'s weights from now on (the learner's, after an update). A backend
@@ -135,14 +139,19 @@ class HFGenerator:
             self.model.load_state_dict(model.state_dict())
         self.reset()
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    restricts_replies = True
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 allowed: list[list[list[int]]] | None = None) -> list[Generation]:
+        """Sample one continuation per prompt; with `allowed`, prompt i's continuation is one of
+        the token sequences `allowed[i]` (each ending with a stop id; `constrained.AllowedReplies`)."""
         if not prompts:
             return []
         keep = self.reuse_cache and len(prompts) <= self.batch_size
         continued = self._continue(prompts) if keep else None
         self._last = None  # freed before the next batch's cache is built
         if continued is not None:
-            generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued)
+            generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued, allowed)
             return generations
         # Similar lengths together waste less padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -150,7 +159,9 @@ class HFGenerator:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start:start + self.batch_size]
             chunk_prompts = [prompts[i] for i in chunk]
-            generations, batch = self._generate_batch(chunk_prompts, max_new_tokens, *self._fresh(chunk_prompts))
+            chunk_allowed = None if allowed is None else [allowed[i] for i in chunk]
+            generations, batch = self._generate_batch(chunk_prompts, max_new_tokens, *self._fresh(chunk_prompts),
+                                                      chunk_allowed)
             by_index.update(zip(chunk, generations))
             if keep:
                 self._last = batch
@@ -208,7 +219,8 @@ class HFGenerator:
         return (torch.cat([last.sequences[rows], new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1), cache)
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, input_ids: Any, attention: Any,
-                        cache: Any) -> tuple[list[Generation], _Batch | None]:
+                        cache: Any, allowed: list[list[list[int]]] | None = None
+                        ) -> tuple[list[Generation], _Batch | None]:
         """Generate from `input_ids` (B, W) whose real tokens (`attention` == 1) are `prompts`,
         the first `cache.get_seq_length()` columns already in `cache` (None: none)."""
         import torch
@@ -239,7 +251,9 @@ class HFGenerator:
         self.model.eval()
         outer_threads = torch.get_num_threads()
         timer = self._thread_timer(outer_threads)
-        processors = None if timer is None else LogitsProcessorList([StepTimer(timer)])
+        processors = LogitsProcessorList([] if allowed is None else [AllowedReplies(allowed, width)])
+        if timer is not None:
+            processors.append(StepTimer(timer))
         try:
             with torch.no_grad():
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,

@@ -260,6 +260,10 @@ class EvalConfig:
     """Turn limit (null: the environment's evaluation limit, BabyAI 20)."""
     temperature: NonNegativeFloat = 0.0
     """Sampling temperature of a model policy (0 = greedy: no sampling noise in the estimate)."""
+    listed_actions_only: bool = False
+    """Restrict a model's replies to "Action: A" for an action A the environment lists
+    (constrained decoding): how good its choices are once it cannot misspell an action. Report
+    it apart from free replies, the headline. Needs an environment that lists its actions."""
 
 
 @dataclass(config=SECTION)

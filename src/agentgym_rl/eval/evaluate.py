@@ -21,13 +21,19 @@ API_PREFIX = "api:"
 
 
 def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True,
-                device: str = "cpu", dtype: str = "float32", rollout: RolloutConfig | None = None) -> Any:
+                device: str = "cpu", dtype: str = "float32", rollout: RolloutConfig | None = None,
+                listed_actions_only: bool = False) -> Any:
     """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a model folder
     path (loaded in `dtype` on `device`, `run.device`'s values; or only its tokenizer, sampling
     from `rollout.generator_url`), or an already built policy object (`reuse_cache`: see
-    `model_policy`)."""
+    `model_policy`; `listed_actions_only`: see `ModelPolicy`, for a model folder)."""
     if not isinstance(policy, str):
         return policy
+    if listed_actions_only and (policy in ("expert", "random") or policy.startswith(API_PREFIX)):
+        raise UserError(f"--listed-actions-only restricts the replies of a model folder; {policy!r} is not one")
+    if listed_actions_only and rollout is not None and (rollout.generator_url or rollout.generator == "vllm"):
+        raise UserError("--listed-actions-only needs the model generating in this process (rollout.generator: hf, "
+                        "no rollout.generator_url)")
     if policy == "expert":
         return registry.make_expert(env_id)
     if policy == "random":
@@ -51,7 +57,7 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
 
     model, tokenizer = load_model_and_tokenizer(policy, dtype)
     return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache,
-                        rollout.threads if rollout is not None else 0)
+                        rollout.threads if rollout is not None else 0, listed_actions_only)
 
 
 def served_policy(model_folder: str, rollout: RolloutConfig, temperature: float) -> ModelPolicy:
@@ -88,9 +94,9 @@ def vllm_policy(model_folder: str, temperature: float, dtype: str, max_context: 
     return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
 
 
-def _check_listable(make_env: Any, task: Any, seed: int) -> None:
+def _check_listable(make_env: Any, task: Any, seed: int, needed_for: str) -> None:
     """Raise a UserError before any work when the environment cannot list its actions (a random
-    policy picks among them)."""
+    policy picks among them, `listed_actions_only` restricts replies to them)."""
     env = make_env()
     try:
         env.reset(task.index, seed=seed)
@@ -98,17 +104,17 @@ def _check_listable(make_env: Any, task: Any, seed: int) -> None:
     finally:
         env.close()
     if not listed:
-        raise UserError(f"environment {task.env_id!r} cannot list its actions, so it has no random policy; use "
-                        "--policy expert or a model folder")
+        raise UserError(f"environment {task.env_id!r} cannot list its actions, so {needed_for}")
 
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
-             dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0
-             ) -> tuple[dict, list[Trajectory]]:
-    """Play the first `episodes` tasks of `split`, `samples` times each.
+             dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
+             listed_actions_only: bool = False) -> tuple[dict, list[Trajectory]]:
+    """Play the first `episodes` tasks of `split`, `samples` times each (`listed_actions_only`:
+    a model policy named by its folder replies only with listed actions, see `ModelPolicy`).
 
     Returns:
         (summary, trajectories); summary holds env, split, policy and the fields of
@@ -127,10 +133,14 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
-    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype, rollout)
+    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype, rollout,
+                        listed_actions_only)
     make_env = registry.env_factory(env_id, env_kwargs, env_urls, env_timeout)
     if isinstance(agent, RandomPolicy):
-        _check_listable(make_env, tasks[0], seed)
+        _check_listable(make_env, tasks[0], seed, "it has no random policy; use --policy expert or a model folder")
+    if listed_actions_only:
+        _check_listable(make_env, tasks[0], seed, "replies cannot be restricted to them (BabyAI lists them with "
+                        "env.kwargs.list_actions=true)")
     engine = RolloutEngine(make_env, rollout)
     from tqdm import tqdm
 
@@ -138,7 +148,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
                       disable=not progress) as bar:
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
-               "max_turns": horizon, "temperature": temperature, **summarize(trajectories)}
+               "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
+               **summarize(trajectories)}
     return summary, trajectories
 
 
@@ -147,7 +158,8 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
-                    env_urls=config.env.urls, env_timeout=config.env.server_timeout)
+                    env_urls=config.env.urls, env_timeout=config.env.server_timeout,
+                    listed_actions_only=config.eval.listed_actions_only)
 
 
 def format_table(summary: dict, title: str | None = None) -> str:
@@ -161,5 +173,6 @@ def format_table(summary: dict, title: str | None = None) -> str:
     lines += [f"{name:<12}{100 * s:>9.1f}%{100 * p:>9.1f}%" for name, _, s, p in rows]
     lines.append(f"items {summary['episodes']} × samples {summary['samples']}, avg reward "
                  f"{summary['avg_reward']:.3f}, avg turns {summary['avg_turns']:.1f}, "
-                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%, errors {summary['errors']}")
+                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%, errors {summary['errors']}"
+                 + (", replies restricted to the listed actions" if summary.get("listed_actions_only") else ""))
     return "\n".join(lines)

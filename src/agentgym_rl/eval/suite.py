@@ -138,7 +138,8 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
         before = (client.prompt_tokens, client.completion_tokens) if client is not None else (0, 0)
         make_env = registry.env_factory(env_id, kwargs)
         if isinstance(policy, RandomPolicy):
-            _check_listable(make_env, todo[0], config.run.seed)
+            _check_listable(make_env, todo[0], config.run.seed,
+                                "it has no random policy; use --policy expert or a model folder")
         horizon = max_turns(env_id, config)
         with RolloutEngine(make_env, config.rollout) as engine:
             for start in range(0, len(todo), CHUNK_ITEMS):

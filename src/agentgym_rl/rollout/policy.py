@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
 from ..envs.base import TextEnv
+from ..errors import UserError
 
 
 @dataclass
@@ -67,10 +68,20 @@ class Policy(Protocol):
 
 @dataclass
 class ModelPolicy:
-    """A language model acting through a `Generator`, encoded token-exactly by `encoder`."""
+    """A language model acting through a `Generator`, encoded token-exactly by `encoder`.
+
+    With `listed_actions_only`, each reply is restricted to "Action: A" for an action A the
+    environment lists (constrained decoding, an evaluation aid reported apart from free
+    replies; for models trained on action-only replies, `warmup.thoughts: false`)."""
 
     generator: Generator
     encoder: ChatEncoder
+    listed_actions_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.listed_actions_only and not getattr(self.generator, "restricts_replies", False):
+            raise UserError(f"{type(self.generator).__name__} cannot restrict replies to the listed actions; "
+                            "generate with the Hugging Face model in this process (rollout.generator: hf)")
 
     def reset(self) -> None:
         reset = getattr(self.generator, "reset", None)  # optional: a generator may keep no state
@@ -90,23 +101,35 @@ class ModelPolicy:
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
             conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
-        generations = self.generator.generate(prompts, max_new_tokens)
+        if self.listed_actions_only:
+            generations = self.generator.generate(prompts, max_new_tokens, allowed=[self._listed(env) for env in envs])
+        else:
+            generations = self.generator.generate(prompts, max_new_tokens)
         return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
                 for g in generations]
 
 
+    def _listed(self, env: TextEnv) -> list[list[int]]:
+        actions = env.available_actions()
+        if not actions:
+            raise UserError(f"{type(env.unwrapped).__name__} lists no actions, so replies cannot be restricted "
+                            "to them (BabyAI lists them with env.kwargs.list_actions=true)")
+        return [self.encoder.encode_text(f"Action: {action}") + [self.encoder.end_of_turn_id] for action in actions]
+
+
 def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True,
-                 threads: int = 0) -> ModelPolicy:
+                 threads: int = 0, listed_actions_only: bool = False) -> ModelPolicy:
     """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
     stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
     turn for the next, `threads` are the CPU threads it generates on, 0 chosen by timing (see
-    `HFGenerator`, `RolloutConfig.reuse_kv_cache` and `RolloutConfig.threads`)."""
+    `HFGenerator`, `RolloutConfig.reuse_kv_cache` and `RolloutConfig.threads`);
+    `listed_actions_only` restricts replies to the listed actions (`ModelPolicy`)."""
     from ..agent.generator import HFGenerator
 
     encoder = ChatEncoder(tokenizer)
     generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
                             reuse_cache=reuse_cache, threads=threads)
-    return ModelPolicy(generator, encoder)
+    return ModelPolicy(generator, encoder, listed_actions_only)
 
 
 class TextPolicy(ABC):

@@ -177,7 +177,7 @@ class RLTrainer(Trainer):
         if self.world > 1 and cfg.run.parallel == "fsdp":  # every rank now holds the same state
             self.learner.shard()
         self.policy = self.session.policy(cfg.algo.temperature)
-        self.val_policy = self.session.policy(cfg.eval.temperature)
+        self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only)
         if cfg.rollout.workers:
             self.workers = self._start_workers()
         if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes

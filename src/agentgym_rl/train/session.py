@@ -155,18 +155,20 @@ class Session:
         return cls(config, run_dir, model, tokenizer, learner, metrics, device, log, writes=writes)
 
     # ------------------------------------------------------------- using the model
-    def policy(self, temperature: float) -> ModelPolicy:
+    def policy(self, temperature: float, listed_actions_only: bool = False) -> ModelPolicy:
         """The model as a rollout policy sampling at `temperature` (0: greedy), through
-        `rollout.generator`; the trainer syncs the generator's weights after every update."""
+        `rollout.generator`; the trainer syncs the generator's weights after every update.
+        `listed_actions_only`: for evaluation (see `ModelPolicy`)."""
         if self.config.rollout.generator == "vllm":
             from ..agent.chat import ChatEncoder
             from ..agent.vllm_generator import VLLMGenerator
 
             encoder = ChatEncoder(self.tokenizer)
-            return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder)
+            return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder,
+                               listed_actions_only)
         rollout = self.config.rollout
         return model_policy(self.learner.rollout_model, self.tokenizer, temperature, rollout.reuse_kv_cache,
-                            rollout.threads)
+                            rollout.threads, listed_actions_only)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""
@@ -200,10 +202,11 @@ class Session:
         config's `eval` section."""
         evaluation = evaluation or self.config.eval
         env = self.config.env
-        summary, _ = evaluate(env.id, self.policy(evaluation.temperature), env.eval_split, evaluation.episodes,
+        policy = self.policy(evaluation.temperature, evaluation.listed_actions_only)
+        summary, _ = evaluate(env.id, policy, env.eval_split, evaluation.episodes,
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
                               self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
-                              env_timeout=env.server_timeout)
+                              env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only)
         return summary
 
     def save(self, name: str) -> Path:

@@ -1,0 +1,101 @@
+"""Where a CPU training step spends its time: one RL iteration of each algorithm split into
+rollout / scoring (recomputed old logprobs, critic values, reference logprobs) / optimizer
+updates, with the run's peak memory; and each environment's reset and step times.
+
+Run by hand (`make bench`); copy the printed tables into docs/BENCHMARKS.md with the date and
+machine. Nothing here is asserted in tests.
+
+    python bench/iteration.py [--steps 4] [--algorithms ppo grpo] [--envs babyai textcraft]
+
+Each algorithm runs its own BabyAI config (`configs/babyai_ALGO.yaml`, the settings a user
+starts from) without a warm-up, so every run plays the same untrained tiny model; the parts are
+the medians over its steps after the first (which also builds caches and threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
+
+
+def algorithm_row(algorithm: str, steps: int, out: Path) -> str:
+    command = [sys.executable, "-m", "agentgym_rl.cli", "train", f"configs/babyai_{algorithm}.yaml",
+               "warmup.episodes=0", f"train.steps={steps}", "train.validate_every=0", f"train.save_every={steps}",
+               f"run.output_dir={out}", f"run.name={algorithm}"]
+    log = out / f"{algorithm}.log"
+    with log.open("w") as sink:
+        result = subprocess.run(["/usr/bin/time", "-v", *command], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
+    text = log.read_text(errors="replace")
+    if result.returncode != 0:
+        raise SystemExit(f"{algorithm} failed; see {log}")
+    peak_gb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1e6
+    rows = [json.loads(line) for line in (out / algorithm / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "time/rollout_s" in r][1:]
+
+    def median(key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows)
+
+    rollout, update, score = median("time/rollout_s"), median("time/update_s"), median("time/score_s")
+    total = rollout + update
+    episodes = median("update/trajectories")
+    return (f"| {algorithm} | {total:.1f} s | {rollout:.1f} s ({100 * rollout / total:.0f}%) | "
+            f"{score:.2f} s ({100 * score / total:.0f}%) | {update - score:.1f} s ({100 * (update - score) / total:.0f}%) "
+            f"| {median('update/optimizer_steps'):.0f} | {episodes:.0f} | {peak_gb:.2f} GB |")
+
+
+def env_row(env_id: str, items: int, turns: int) -> str:
+    """Resets of `items` train items and up to `turns` expert steps on each, timed apart from
+    the expert's own thinking."""
+    from agentgym_rl.envs import make, tasks
+
+    env = make(env_id)
+    reset_s, step_s = [], []
+    try:
+        for task in tasks(env_id, "train")[:items]:
+            began = time.perf_counter()
+            env.reset(task.index)
+            reset_s.append(time.perf_counter() - began)
+            for _ in range(turns):
+                action = env.expert_action()
+                began = time.perf_counter()
+                _, _, terminated, truncated, _ = env.step(action)
+                step_s.append(time.perf_counter() - began)
+                if terminated or truncated:
+                    break
+    finally:
+        env.close()
+    return (f"| {env_id} | {1000 * statistics.median(reset_s):.1f} ms | {1000 * max(reset_s):.0f} ms | "
+            f"{1000 * statistics.median(step_s):.2f} ms | {1000 * max(step_s):.1f} ms | {len(step_s)} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=4, help="RL steps per algorithm (the first is left out)")
+    parser.add_argument("--algorithms", nargs="*", default=ALGORITHMS)
+    parser.add_argument("--envs", nargs="*", default=["babyai", "textcraft", "sciworld"])
+    parser.add_argument("--items", type=int, default=20, help="items reset per environment")
+    args = parser.parse_args()
+    if args.steps < 2:
+        raise SystemExit("--steps must be at least 2: the first step is left out of the medians")
+    with tempfile.TemporaryDirectory() as tmp:
+        print("| algorithm | one step | rollout | scoring | optimizer updates | updates | episodes updated on "
+              "| peak RSS |\n|---|---|---|---|---|---|---|---|")
+        for algorithm in args.algorithms:
+            print(algorithm_row(algorithm, args.steps, Path(tmp)), flush=True)
+    print("\n| environment | reset (median) | reset (max) | step (median) | step (max) | steps |\n|---|---|---|---|---|---|")
+    for env_id in args.envs:
+        print(env_row(env_id, args.items, 30), flush=True)
+
+
+if __name__ == "__main__":
+    main()
