@@ -93,3 +93,19 @@ def test_eval_restricts_a_model_folders_replies_through_the_cli(tmp_path, tiny_t
     assert free["invalid_action_rate"] == 1.0 and restricted["invalid_action_rate"] < 1.0
     result = run("eval", "--policy", "expert", "--env", "counter", "--episodes", "1", "--listed-actions-only")
     assert result.returncode != 0 and "is not one" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_training_runs_validation_can_be_restricted(tmp_path, counter_env_registered):
+    from test_train_e2e import REPO, TINY
+
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.rollout.trajectory import load_trajectories
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "train.steps=1",
+        "train.validate_every=1", "warmup.episodes=0", "model.corpus_episodes=6", "eval.listed_actions_only=true"])
+    RLTrainer(config, log=lambda _: None).fit()
+    for step in (0, 1):
+        replies = _replies(load_trajectories(tmp_path / "toy" / "validation" / f"step_{step:06d}.jsonl"))
+        assert replies and set(replies) <= {"Action: count", "Action: look"}
