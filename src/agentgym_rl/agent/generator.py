@@ -107,6 +107,9 @@ class HFGenerator:
             a call is restored after it. Ignored on a GPU.
     """
 
+    restricts_replies = True
+    """`generate` takes `allowed`: each reply restricted to given token sequences."""
+
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
                  batch_size: int = 128, reuse_cache: bool = True, threads: int = 0):
         self.model = model
@@ -138,8 +141,6 @@ class HFGenerator:
         if model is not self.model:
             self.model.load_state_dict(model.state_dict())
         self.reset()
-
-    restricts_replies = True
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
                  allowed: list[list[list[int]]] | None = None) -> list[Generation]:

@@ -108,7 +108,6 @@ class ModelPolicy:
         return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
                 for g in generations]
 
-
     def _listed(self, env: TextEnv) -> list[list[int]]:
         actions = env.available_actions()
         if not actions:
