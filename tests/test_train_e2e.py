@@ -55,6 +55,9 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "settings of run" in result.stderr and "'list_actions': False" in result.stderr
     assert all("Available actions" not in t.messages[0]["content"] for t in load_trajectories(played))
+    # So does the model the run kept after its warm-up.
+    result = run("eval", "--policy", str(run_dir / "warmup_model"), "--episodes", "1", "--max-turns", "1")
+    assert result.returncode == 0 and "'list_actions': False" in result.stderr, result.stderr[-2000:]
     # A flag overrides the run's setting.
     result = run("eval", "--policy", str(run_dir / "checkpoints" / "step_000004" / "model"), "--episodes", "1",
                  "--max-turns", "1", "--env-arg", "list_actions=true", "--trajectories", str(played))

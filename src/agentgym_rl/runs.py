@@ -10,6 +10,7 @@
   checkpoints/       step_000044/ (RL), round_001/ (RFT), final/ (SFT, DPO): model/ is an HF folder
   base_model/        the tiny model and tokenizer as built
   warmup_model/      the model after the warm-up, when the config has one
+  lora_base/         the model a LoRA adapter wraps, when the config has one
   report/            plots and summaries
 ```
 
@@ -74,9 +75,16 @@ def played_settings(run_dir: str | Path) -> dict[str, Any]:
     return {**{k: data[k] for k in PLAYED_SECTIONS if k in data}, "run": {"seed": seed}}
 
 
+RUN_MODELS = ("base_model", "warmup_model", "lora_base")
+"""The model folders a run keeps beside its checkpoints."""
+
+
 def run_of(model_dir: str | Path) -> Path | None:
-    """The run folder a checkpoint's model folder belongs to (`<run>/checkpoints/<name>/model`), or None."""
+    """The run folder a model folder belongs to (`<run>/checkpoints/<name>/model`, or one of
+    `RUN_MODELS` in the run folder), or None."""
     path = Path(model_dir).resolve()
+    if path.name in RUN_MODELS and (path.parent / CONFIG).is_file():
+        return path.parent
     run_dir = path.parents[2] if len(path.parents) > 2 else None
     if path.name == "model" and path.parent.parent.name == "checkpoints" and (run_dir / CONFIG).is_file():
         return run_dir
