@@ -12,6 +12,7 @@ A study file names a recipe, the seeds and its arms (overrides put on the recipe
     config: configs/babyai_strong.yaml
     seeds: [0, 1, 2]
     pass_k: 4                      # Pass@k at temperature 1 of each arm's final model (0: skip)
+    listed_actions_only: true      # also greedy success with replies restricted to listed actions
     arms:
       recipe: []                   # warm-up then RL, as the recipe says
       imitation: [train.steps=1, warmup.epochs=6]   # imitation alone in about the same time
@@ -61,12 +62,40 @@ def _timed(command: list[str], log: Path) -> dict[str, float]:
     return {"wall_s": seconds, "peak_gb": rss_kb / 1024 ** 2}
 
 
-def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, pass_k: int) -> dict:
+def _listed_success(run_dir: Path, policy: Path, out: Path) -> float:
+    """Greedy success of `policy` with replies restricted to the listed actions, on the run's
+    own evaluation (`eval --run RUN --policy MODEL --listed-actions-only`)."""
+    summary = out / f"{run_dir.name}_{policy.parent.name if policy.name == 'model' else policy.name}_listed.json"
+    subprocess.run([*CLI, "eval", "--run", str(run_dir), "--policy", str(policy), "--listed-actions-only",
+                    "--json", str(summary)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    return json.loads(summary.read_text())["success"]
+
+
+def _starting_model(run_dir: Path) -> Path:
+    """The model a run's step-0 validation played: its warm-up's, else the one it loaded."""
+    if (run_dir / "warmup_model").is_dir():
+        return run_dir / "warmup_model"
+    path = yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["path"]
+    return Path(path) if path else run_dir / "base_model"
+
+
+def _listed_report(run_dir: Path, out: Path) -> dict[str, float]:
+    final_model = sorted((run_dir / "checkpoints").glob("step_*"))[-1] / "model"
+    return {"warmup_listed": _listed_success(run_dir, _starting_model(run_dir), out),
+            "final_listed": _listed_success(run_dir, final_model, out)}
+
+
+def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, pass_k: int,
+            listed: bool = False) -> dict:
     """One run of the study (or its saved report)."""
     run_dir = out / name
     report_path = run_dir / "study_report.json"
     if report_path.is_file():
-        return json.loads(report_path.read_text())
+        report = json.loads(report_path.read_text())
+        if listed and "final_listed" not in report:  # a finished run gets the evaluations it lacks
+            report.update(_listed_report(run_dir, out))
+            report_path.write_text(json.dumps(report, indent=1))
+        return report
     out.mkdir(parents=True, exist_ok=True)
     command = [*CLI, "train", config, *overrides, f"run.seed={seed}", f"run.name={name}", f"run.output_dir={out}"]
     timing = _timed(command, out / f"{name}.log")
@@ -82,19 +111,24 @@ def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, 
         scored = json.loads(summary.read_text())
         report.update({f"avg_at_{pass_k}": scored["success"], f"pass_at_{pass_k}": scored["pass_at_k"],
                        "by_category": scored["by_category"]})
+    if listed:
+        report.update(_listed_report(run_dir, out))
     report_path.write_text(json.dumps(report, indent=1))
     return report
 
 
-def table(reports: dict[str, list[dict]], pass_k: int) -> str:
+def table(reports: dict[str, list[dict]], pass_k: int, listed: bool = False) -> str:
     """Markdown: one row per arm × seed, then each arm's mean with the paired SE of the RL change."""
     lines = ["| arm | seed | after warm-up | final | change (gained / lost, paired SE) | "
-             + (f"Pass@{pass_k} (T=1) | " if pass_k else "") + "wall | peak RSS |",
-             "|---|---|---|---|---|" + ("---|" if pass_k else "") + "---|---|"]
+             + (f"Pass@{pass_k} (T=1) | " if pass_k else "")
+             + ("listed actions only: after warm-up → final | " if listed else "") + "wall | peak RSS |",
+             "|---|---|---|---|---|" + ("---|" if pass_k else "") + ("---|" if listed else "") + "---|---|"]
     for arm, runs in reports.items():
         for r in runs:
             delta, se, gained, lost = paired_difference(r["warmup_items"], r["final_items"])
             extra = f"{100 * r[f'pass_at_{pass_k}']:.1f}% | " if pass_k else ""
+            if listed:
+                extra += f"{100 * r['warmup_listed']:.1f}% → {100 * r['final_listed']:.1f}% | "
             lines.append(f"| {arm} | {r['seed']} | {100 * r['warmup_success']:.1f}% | {100 * r['final_success']:.1f}% "
                          f"| {100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) | {extra}"
                          f"{r['wall_s'] / 60:.1f} min | {r['peak_gb']:.2f} GB |")
@@ -106,7 +140,8 @@ def table(reports: dict[str, list[dict]], pass_k: int) -> str:
             mean = sum(r["final_success"] for r in runs) / len(runs)
             start = sum(r["warmup_success"] for r in runs) / len(runs)
             lines.append(f"| **{arm}, mean** | {len(runs)} | {100 * start:.1f}% | **{100 * mean:.1f}%** | "
-                         f"{100 * delta:+.1f} (SE {100 * se:.1f}) |" + (" |" if pass_k else "") + " | |")
+                         f"{100 * delta:+.1f} (SE {100 * se:.1f}) |" + (" |" if pass_k else "")
+                         + (" |" if listed else "") + " | |")
     return "\n".join(lines)
 
 
@@ -182,21 +217,26 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="folder of the runs (default runs/study_<name>)")
     parser.add_argument("--set", nargs="*", default=[], help="overrides put on every arm, e.g. model.path=DIR")
     parser.add_argument("--pass-k", type=int, help="override the study's pass_k (0: no Pass@k evaluation)")
+    parser.add_argument("--listed-actions-only", action=argparse.BooleanOptionalAction, default=None,
+                        help="override the study's listed_actions_only: also score each run's starting and final "
+                             "model with replies restricted to the listed actions")
     args = parser.parse_args()
     study = yaml.safe_load(Path(args.study).read_text())
     seeds = args.seeds or study.get("seeds", [0])
     pass_k = args.pass_k if args.pass_k is not None else int(study.get("pass_k", 0))
+    listed = args.listed_actions_only if args.listed_actions_only is not None else \
+        bool(study.get("listed_actions_only", False))
     out = Path(args.out or f"runs/study_{Path(args.study).stem}").resolve()
     arms = {name: [*(overrides or []), *args.set] for name, overrides in study["arms"].items()
             if not args.arms or name in args.arms}
     reports: dict[str, list[dict]] = {}
     for arm, overrides in arms.items():
         for seed in seeds:
-            report = run_one(study["config"], overrides, seed, f"{arm}_s{seed}", out, pass_k)
+            report = run_one(study["config"], overrides, seed, f"{arm}_s{seed}", out, pass_k, listed)
             reports.setdefault(arm, []).append(report)
             print(f"{arm} seed {seed}: {100 * report['warmup_success']:.1f}% -> {100 * report['final_success']:.1f}% "
                   f"in {report['wall_s'] / 60:.1f} min", flush=True)
-    text = table(reports, pass_k)
+    text = table(reports, pass_k, listed)
     (out / "study.md").write_text(text + "\n")
     print(text)
     print(f"plot: {plot(reports, out)}")
