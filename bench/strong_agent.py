@@ -4,7 +4,7 @@ and after RL on the whole test split, and summarised with paired standard errors
 Run by hand; its tables go into docs/RESULTS.md with the command, machine and date.
 
     python bench/strong_agent.py bench/studies/babyai_strong.yaml [--seeds 0 1 2] [--arms recipe]
-        [--pass-k 0] [--out runs/study]
+        [--pass-k 0] [--listed-actions-only] [--out runs/study]
     python bench/strong_agent.py bench/studies/babyai_horizon.yaml --set model.path=WARMED_UP_MODEL
 
 A study file names a recipe, the seeds and its arms (overrides put on the recipe):
