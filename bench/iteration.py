@@ -8,8 +8,10 @@ machine. Nothing here is asserted in tests.
     python bench/iteration.py [--steps 4] [--algorithms ppo grpo] [--envs babyai textcraft]
 
 Each algorithm runs its own BabyAI config (`configs/babyai_ALGO.yaml`, the settings a user
-starts from) without a warm-up, so every run plays the same untrained tiny model; the parts are
-the medians over its steps after the first (which also builds caches and threads).
+starts from) without a warm-up, so every run plays the same untrained tiny model, and updates
+on every episode (`algo.skip_zero_advantage=false`: an untrained model's groups rarely differ,
+and skipped rows would make the update look free); the parts are the medians over its steps
+after the first (which also builds caches and threads).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
 
 def algorithm_row(algorithm: str, steps: int, out: Path) -> str:
     command = [sys.executable, "-m", "agentgym_rl.cli", "train", f"configs/babyai_{algorithm}.yaml",
-               "warmup.episodes=0", f"train.steps={steps}", "train.validate_every=0", f"train.save_every={steps}",
+               "warmup.episodes=0", "algo.skip_zero_advantage=false", f"train.steps={steps}", "train.validate_every=0", f"train.save_every={steps}",
                f"run.output_dir={out}", f"run.name={algorithm}"]
     log = out / f"{algorithm}.log"
     with log.open("w") as sink:
@@ -74,7 +76,7 @@ def env_row(env_id: str, items: int, turns: int) -> str:
                     break
     finally:
         env.close()
-    return (f"| {env_id} | {1000 * statistics.median(reset_s):.1f} ms | {1000 * max(reset_s):.0f} ms | "
+    return (f"| {env_id} | {1000 * statistics.median(reset_s):.1f} ms | {1000 * max(reset_s):.1f} ms | "
             f"{1000 * statistics.median(step_s):.2f} ms | {1000 * max(step_s):.1f} ms | {len(step_s)} |")
 
 
