@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from agentgym_rl.quickstart import paired_difference
+from agentgym_rl.runs import latest_model
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agentgym_rl.cli"]
@@ -80,9 +81,8 @@ def _starting_model(run_dir: Path) -> Path:
 
 
 def _listed_report(run_dir: Path, out: Path) -> dict[str, float]:
-    final_model = sorted((run_dir / "checkpoints").glob("step_*"))[-1] / "model"
     return {"warmup_listed": _listed_success(run_dir, _starting_model(run_dir), out),
-            "final_listed": _listed_success(run_dir, final_model, out)}
+            "final_listed": _listed_success(run_dir, latest_model(run_dir), out)}
 
 
 def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, pass_k: int,
