@@ -15,7 +15,7 @@ A study file names a recipe, the seeds and its arms (overrides put on the recipe
     listed_actions_only: true      # also greedy success with replies restricted to listed actions
     arms:
       recipe: []                   # warm-up then RL, as the recipe says
-      imitation: [train.steps=1, warmup.epochs=6]   # imitation alone in about the same time
+      imitation: [train.steps=1, warmup.epochs=5]   # imitation alone in about the same time
 
 Each run is `agentgym-rl train` under `/usr/bin/time -v` (wall time, peak memory); "after the
 warm-up" is its validation at step 0, "final" its last validation (greedy, the recipe's `eval`).
@@ -85,36 +85,70 @@ def _listed_report(run_dir: Path, out: Path) -> dict[str, float]:
             "final_listed": _listed_success(run_dir, latest_model(run_dir), out)}
 
 
+def _item_categories(path: Path) -> dict[str, str]:
+    return {record["item_id"]: record["category"]
+            for record in map(json.loads, path.read_text().splitlines())}
+
+
+def _pass_at_k(run_dir: Path, out: Path, k: int) -> dict:
+    """Avg@k and Pass@k at temperature 1 of a run's final model, overall and per category
+    (`eval --run RUN --samples k --temperature 1`); a summary already written is read back."""
+    summary = out / f"{run_dir.name}_pass{k}.json"
+    if not summary.is_file():
+        subprocess.run([*CLI, "eval", "--run", str(run_dir), "--samples", str(k), "--temperature", "1",
+                        "--json", str(summary)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    scored = json.loads(summary.read_text())
+    return {f"avg_at_{k}": scored["success"], f"pass_at_{k}": scored["pass_at_k"],
+            f"avg_at_{k}_by_category": scored["by_category"],
+            f"pass_at_{k}_by_category": scored["pass_at_k_by_category"]}
+
+
+def _complete(report: dict, run_dir: Path, out: Path, pass_k: int, listed: bool) -> dict:
+    """Add the evaluations the study asks for and `report` lacks (a run finished by an earlier
+    study keeps its training, only the missing scores are computed)."""
+    if "categories" not in report:
+        report["categories"] = _item_categories(sorted((run_dir / "validation").glob("step_*.jsonl"))[0])
+    if pass_k and f"pass_at_{pass_k}" not in report:
+        report.update(_pass_at_k(run_dir, out, pass_k))
+    if listed and "final_listed" not in report:
+        report.update(_listed_report(run_dir, out))
+    return report
+
+
 def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, pass_k: int,
             listed: bool = False) -> dict:
-    """One run of the study (or its saved report)."""
+    """One run of the study (or its saved report), with the evaluations the study asks for."""
     run_dir = out / name
     report_path = run_dir / "study_report.json"
     if report_path.is_file():
         report = json.loads(report_path.read_text())
-        if listed and "final_listed" not in report:  # a finished run gets the evaluations it lacks
-            report.update(_listed_report(run_dir, out))
-            report_path.write_text(json.dumps(report, indent=1))
-        return report
-    out.mkdir(parents=True, exist_ok=True)
-    command = [*CLI, "train", config, *overrides, f"run.seed={seed}", f"run.name={name}", f"run.output_dir={out}"]
-    timing = _timed(command, out / f"{name}.log")
-    validations = sorted((run_dir / "validation").glob("step_*.jsonl"))
-    first, last = _item_success(validations[0]), _item_success(validations[-1])
-    report = {"name": name, "seed": seed, "overrides": overrides, "command": " ".join(command[2:]), **timing,
-              "warmup_success": sum(first.values()) / len(first), "final_success": sum(last.values()) / len(last),
-              "final_step": int(validations[-1].stem.split("_")[1]), "warmup_items": first, "final_items": last}
-    if pass_k:
-        summary = out / f"{name}_pass{pass_k}.json"
-        subprocess.run([*CLI, "eval", "--run", str(run_dir), "--samples", str(pass_k), "--temperature", "1",
-                        "--json", str(summary)], check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-        scored = json.loads(summary.read_text())
-        report.update({f"avg_at_{pass_k}": scored["success"], f"pass_at_{pass_k}": scored["pass_at_k"],
-                       "by_category": scored["by_category"]})
-    if listed:
-        report.update(_listed_report(run_dir, out))
-    report_path.write_text(json.dumps(report, indent=1))
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        command = [*CLI, "train", config, *overrides, f"run.seed={seed}", f"run.name={name}",
+                   f"run.output_dir={out}"]
+        timing = _timed(command, out / f"{name}.log")
+        validations = sorted((run_dir / "validation").glob("step_*.jsonl"))
+        first, last = _item_success(validations[0]), _item_success(validations[-1])
+        report = {"name": name, "seed": seed, "overrides": overrides, "command": " ".join(command[2:]), **timing,
+                  "warmup_success": sum(first.values()) / len(first),
+                  "final_success": sum(last.values()) / len(last),
+                  "final_step": int(validations[-1].stem.split("_")[1]), "warmup_items": first, "final_items": last}
+        report_path.write_text(json.dumps(report, indent=1))
+    missing = json.dumps(report, sort_keys=True)
+    _complete(report, run_dir, out, pass_k, listed)
+    if json.dumps(report, sort_keys=True) != missing:
+        report_path.write_text(json.dumps(report, indent=1))
     return report
+
+
+def _mean_over_seeds(runs: list[dict], key: str) -> dict[str, float]:
+    """Each item's success under `key` ("warmup_items" or "final_items") averaged over the seeds."""
+    items = sorted(runs[0][key])
+    return {i: sum(r[key][i] for r in runs) / len(runs) for i in items}
+
+
+def _mean(runs: list[dict], key: str) -> float:
+    return sum(r[key] for r in runs) / len(runs)
 
 
 def table(reports: dict[str, list[dict]], pass_k: int, listed: bool = False) -> str:
@@ -133,15 +167,58 @@ def table(reports: dict[str, list[dict]], pass_k: int, listed: bool = False) -> 
                          f"| {100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) | {extra}"
                          f"{r['wall_s'] / 60:.1f} min | {r['peak_gb']:.2f} GB |")
         if len(runs) > 1:  # each item's change averaged over the seeds, then its paired SE
-            items = sorted(runs[0]["warmup_items"])
-            before = {i: sum(r["warmup_items"][i] for r in runs) / len(runs) for i in items}
-            after = {i: sum(r["final_items"][i] for r in runs) / len(runs) for i in items}
-            delta, se, _, _ = paired_difference(before, after)
-            mean = sum(r["final_success"] for r in runs) / len(runs)
-            start = sum(r["warmup_success"] for r in runs) / len(runs)
-            lines.append(f"| **{arm}, mean** | {len(runs)} | {100 * start:.1f}% | **{100 * mean:.1f}%** | "
+            delta, se, _, _ = paired_difference(_mean_over_seeds(runs, "warmup_items"),
+                                                _mean_over_seeds(runs, "final_items"))
+            lines.append(f"| **{arm}, mean** | {len(runs)} | {100 * _mean(runs, 'warmup_success'):.1f}% | "
+                         f"**{100 * _mean(runs, 'final_success'):.1f}%** | "
                          f"{100 * delta:+.1f} (SE {100 * se:.1f}) |" + (" |" if pass_k else "")
                          + (" |" if listed else "") + " | |")
+    return "\n".join(lines)
+
+
+def versus_table(reports: dict[str, list[dict]]) -> str:
+    """Markdown: each arm's final success against the first arm's, paired over the items and
+    seeds both ran (e.g. imitation alone against warm-up then RL); "" with one arm."""
+    (first, baseline), *others = reports.items()
+    by_seed = {r["seed"]: r for r in baseline}
+    lines = [f"| arm | seed | final | {first}'s final | {first} − arm (gained / lost, paired SE) | "
+             f"wall: arm, {first} |", "|---|---|---|---|---|---|"]
+    for arm, runs in others:
+        arm_runs = [r for r in runs if r["seed"] in by_seed]
+        first_runs = [by_seed[r["seed"]] for r in arm_runs]
+        for theirs, ours in zip(arm_runs, first_runs):
+            delta, se, gained, lost = paired_difference(theirs["final_items"], ours["final_items"])
+            lines.append(f"| {arm} | {theirs['seed']} | {100 * theirs['final_success']:.1f}% | "
+                         f"{100 * ours['final_success']:.1f}% | {100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) "
+                         f"| {theirs['wall_s'] / 60:.1f}, {ours['wall_s'] / 60:.1f} min |")
+        if len(arm_runs) > 1:  # each item averaged over the seeds, then the paired SE
+            delta, se, _, _ = paired_difference(_mean_over_seeds(arm_runs, "final_items"),
+                                                _mean_over_seeds(first_runs, "final_items"))
+            lines.append(f"| **{arm}, mean** | {len(arm_runs)} | {100 * _mean(arm_runs, 'final_success'):.1f}% | "
+                         f"{100 * _mean(first_runs, 'final_success'):.1f}% | **{100 * delta:+.1f}** (SE {100 * se:.1f}) "
+                         f"| {_mean(arm_runs, 'wall_s') / 60:.1f}, {_mean(first_runs, 'wall_s') / 60:.1f} min |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def category_table(reports: dict[str, list[dict]], pass_k: int) -> str:
+    """Markdown: per arm and category, greedy success after the warm-up and at the end, and
+    Avg@k / Pass@k at temperature 1 of the final model, each the mean over the seeds."""
+    lines = ["| arm | category | items | after warm-up | final |" + (f" Avg@{pass_k} / Pass@{pass_k} (T=1) |"
+                                                                   if pass_k else ""),
+             "|---|---|---|---|---|" + ("---|" if pass_k else "")]
+    for arm, runs in reports.items():
+        categories = runs[0]["categories"]
+        for category in sorted(set(categories.values())):
+            items = [i for i, c in categories.items() if c == category]
+            cells = []
+            for key in ("warmup_items", "final_items"):
+                cells.append(sum(r[key][i] for r in runs for i in items) / (len(runs) * len(items)))
+            row = f"| {arm} | {category} | {len(items)} | {100 * cells[0]:.1f}% | {100 * cells[1]:.1f}% |"
+            if pass_k:
+                avg, best = (sum(r[f"{kind}_at_{pass_k}_by_category"][category] for r in runs) / len(runs)
+                             for kind in ("avg", "pass"))
+                row += f" {100 * avg:.1f}% / {100 * best:.1f}% |"
+            lines.append(row)
     return "\n".join(lines)
 
 
@@ -186,7 +263,7 @@ def curves(reports: dict[str, list[dict]], out: Path, window: int = 3) -> Path |
     drawn = False
     for arm, runs in reports.items():
         for ax, key, scale in ((axes[0], "train/success", 100), (axes[1], "train/turns", 1)):
-            per_seed = [_train_curve(out / r["name"], key) for r in runs]
+            per_seed = [_train_curve(out / f"{arm}_s{r['seed']}", key) for r in runs]
             steps = min(len(c) for c in per_seed)
             if steps < window:
                 continue
@@ -236,7 +313,8 @@ def main() -> None:
             reports.setdefault(arm, []).append(report)
             print(f"{arm} seed {seed}: {100 * report['warmup_success']:.1f}% -> {100 * report['final_success']:.1f}% "
                   f"in {report['wall_s'] / 60:.1f} min", flush=True)
-    text = table(reports, pass_k, listed)
+    text = "\n\n".join(part for part in (table(reports, pass_k, listed), versus_table(reports),
+                                          category_table(reports, pass_k)) if part)
     (out / "study.md").write_text(text + "\n")
     print(text)
     print(f"plot: {plot(reports, out)}")
