@@ -49,9 +49,11 @@ test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm.py
 
 bench: $(VENV)/.installed
+	$(PIP) -e ".[bench]"
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/rollout_vs_trl.py
+	$(BIN)/python bench/update_vs_trl.py
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py
 	$(BIN)/python bench/web_env.py
