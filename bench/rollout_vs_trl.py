@@ -9,13 +9,13 @@ Arms (every arm plays through our rollout engine, so only generation differs):
 - ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
   thread count chosen by timing).
 - ours, 1 thread / 2 threads: the same with `rollout.threads` pinned.
-- TRL 1.16: the generation of `GRPOTrainer`'s multi-turn path without vLLM, mirrored here:
-  `_tool_call_loop` (trl/trainer/grpo_trainer.py) appends each tool result to the prompt and
-  completion ids and calls `_generate_single_turn` again, whose transformers branch left-pads
-  every prompt in full and calls `model.generate` with the trainer's `GenerationConfig`
-  (do_sample, temperature, top_p 1.0, top_k 0, eos ids), keeps each completion up to its first
-  EOS and returns no logprobs. TRL itself is not imported: its trainer needs a dataset and
-  accelerate's set-up around the same `generate` call.
+- TRL 1.16: a real `GRPOTrainer` (the `bench` extra) generating through its own
+  `_generate_single_turn`, the call its multi-turn path without vLLM (`_tool_call_loop`) makes
+  every turn: the transformers branch left-pads every prompt in full and calls `model.generate`
+  with the trainer's `GenerationConfig` (sampling at temperature 1, top_p 1.0, top_k 0, the end
+  of turn as EOS), keeps each completion up to its first EOS and returns no logprobs. It is what
+  a naive `generate` per turn does: the whole prefix is recomputed every turn.
+- TRL 1.16, 1 thread: the same with torch pinned to one thread while it generates.
 
 Conditions: a quiet machine at torch's default thread count, and a busy one (`--busy N`
 processes spinning, 4 by default: load about 6 on 2 cores). Floor: one forward pass, without
@@ -47,30 +47,43 @@ from agentgym_rl.train.demonstrations import collect_expert, conversation_text
 LARGER = TinyModelConfig(hidden_size=512, num_layers=8, num_heads=8, num_kv_heads=8, intermediate_size=1536)
 
 
-class TRLStyleGenerator:
-    """TRL 1.16's transformers generation path, one call per turn (see the module docstring)."""
+def trl_trainer(model, tokenizer, stop_ids: list[int], max_new_tokens: int = 12, micro_batch: int = 8,
+                rows: int = 32):
+    """A real TRL `GRPOTrainer` on the CPU around `model`: sampling at temperature 1 with top-p 1
+    and top-k 0 (its defaults), `stop_ids` ending a completion, `max_new_tokens` per turn."""
+    import tempfile
 
-    def __init__(self, model, pad_id: int, eos_ids: list[int], temperature: float):
-        from transformers import GenerationConfig
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
 
-        self.model, self.pad_id, self.eos_ids = model, pad_id, eos_ids
-        self.config = GenerationConfig(max_new_tokens=1, do_sample=True, pad_token_id=pad_id, eos_token_id=eos_ids,
-                                       temperature=temperature, top_p=1.0, top_k=0, disable_compile=True)
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", bf16=False,
+                      per_device_train_batch_size=micro_batch, gradient_accumulation_steps=rows // micro_batch,
+                      num_generations=4, learning_rate=1e-5, max_grad_norm=1.0, max_completion_length=max_new_tokens)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_dict({"prompt": ["unused"] * rows}), processing_class=tokenizer)
+    trainer.eos_token_ids = list(stop_ids)
+    trainer.generation_kwargs["eos_token_id"] = trainer.generation_config.eos_token_id = list(stop_ids)
+    trainer.current_gradient_accumulation_steps = rows // micro_batch
+    return trainer
+
+
+class TRLGenerator:
+    """TRL 1.16's own per-turn generation: `GRPOTrainer._generate_single_turn`, the call its
+    multi-turn loop (`_tool_call_loop`) makes every turn without vLLM: every prompt left-padded in
+    full, `model.generate`, each completion cut after its first stop id; no logprobs."""
+
+    def __init__(self, trainer, threads: int = 0):
+        self.trainer, self.threads = trainer, threads
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        self.config.max_new_tokens = max_new_tokens
-        with torch.no_grad():
-            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=self.config)
-        completions = out[:, width:]
-        is_eos = torch.isin(completions, torch.tensor(self.eos_ids))
-        results = []
-        for row, eos in zip(completions.tolist(), is_eos.tolist()):
-            end = eos.index(True) + 1 if True in eos else len(row)
-            results.append(Generation(row[:end], [0.0] * end, True in eos))  # TRL computes no logprobs here
-        return results
+        outer = torch.get_num_threads()
+        torch.set_num_threads(self.threads or outer)
+        try:
+            completions, _ = self.trainer._generate_single_turn(prompts, None, {}, 1)
+        finally:
+            torch.set_num_threads(outer)
+        stop = set(self.trainer.eos_token_ids)
+        return [Generation(ids, [0.0] * len(ids), bool(ids) and ids[-1] in stop) for ids in completions]
 
     def sync_weights(self, model) -> None:
         pass
@@ -85,8 +98,8 @@ def build(env_id: str, config: TinyModelConfig):
 def play(arm: str, model, tokenizer, env_id: str, task_count: int, samples: int, turns: int, new_tokens: int):
     encoder = ChatEncoder(tokenizer)
     stop = [encoder.end_of_turn_id]
-    if arm == "TRL 1.16":
-        generator = TRLStyleGenerator(model, tokenizer.pad_token_id, stop, 1.0)
+    if arm.startswith("TRL 1.16"):
+        generator = TRLGenerator(trl_trainer(model, tokenizer, stop, new_tokens), threads=1 if "1 thread" in arm else 0)
     else:
         threads = {"ours": 0, "ours, 1 thread": 1, "ours, 2 threads": 2}[arm]
         generator = HFGenerator(model, tokenizer.pad_token_id, stop, 1.0, threads=threads)
@@ -157,7 +170,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny model on BabyAI only, 2 repetitions")
     args = parser.parse_args()
     workload = {"task_count": 8, "samples": 4, "turns": 8, "new_tokens": 12}
-    arms = ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16"]
+    arms = ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16", "TRL 1.16, 1 thread"]
     header = ["| env, model, machine | generation | generated tokens/s | env steps/s | vs TRL 1.16 (within rep) | "
               "time / forward-only floor |", "|---|---|---|---|---|---|"]
     rows = []

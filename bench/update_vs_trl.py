@@ -31,14 +31,14 @@ import argparse
 import os
 import platform
 import statistics
-import tempfile
 import time
 
 import torch
-from rollout_vs_trl import build, play
+from rollout_vs_trl import build, play, trl_trainer
 
 from agentgym_rl.algos import LOSS
 from agentgym_rl.algos.presets import get_algorithm
+from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import TinyModelConfig
 from agentgym_rl.config.sections import OptimConfig
 from agentgym_rl.train.batch import TokenBatch, collate, micro_batches
@@ -89,20 +89,6 @@ def trl_inputs(trajectories, advantages: torch.Tensor, pad_id: int) -> dict[str,
             "num_items_in_batch": tool_mask.sum().float()}
 
 
-def trl_trainer(model, tokenizer):
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
-    micro_steps = 32 // MICRO_BATCH
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to="none", bf16=False,
-                      per_device_train_batch_size=MICRO_BATCH, gradient_accumulation_steps=micro_steps,
-                      num_generations=4, learning_rate=1e-5, max_grad_norm=1.0)
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
-                          train_dataset=Dataset.from_dict({"prompt": ["unused"] * 32}), processing_class=tokenizer)
-    trainer.current_gradient_accumulation_steps = micro_steps
-    return trainer
-
-
 def trl(trainer, model, inputs: dict[str, torch.Tensor]) -> tuple[float, float, float, int]:
     """(seconds, loss, grad norm, tokens run through the model) of one update with TRL's loss."""
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
@@ -131,7 +117,7 @@ def measure(label: str, model, tokenizer, env_id: str, reps: int, threads: list[
     trainable = sum(sum(t.loss_mask) for t in trajectories)
     pad_id = tokenizer.pad_token_id
     initial = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = trl_trainer(model, tokenizer)
+    trainer = trl_trainer(model, tokenizer, [ChatEncoder(tokenizer).end_of_turn_id])
     inputs = trl_inputs(trajectories, advantages, pad_id)
     outer = torch.get_num_threads()
     rows = []
