@@ -3,7 +3,7 @@ same environments, model, tasks and sampling, each figure a median of interleave
 
 Run by hand (`make bench`); its tables go into docs/BENCHMARKS.md with the date and machine.
 
-    python bench/rollout_vs_trl.py [--reps 5] [--quick]
+    python bench/rollout_vs_trl.py [--reps 5] [--quick] [--turns 8] [--only tiny-quiet]
 
 Arms (every arm plays through our rollout engine, so only generation differs):
 - ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
@@ -168,9 +168,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--busy", type=int, default=4, help="spinning processes for the busy condition")
     parser.add_argument("--quick", action="store_true", help="tiny model on BabyAI only, 2 repetitions")
+    parser.add_argument("--turns", type=int, default=8, help="turns per episode (BabyAI's test limit is 20)")
+    parser.add_argument("--only", choices=["tiny-quiet"], help="only the tiny models on the quiet machine, "
+                        "ours and TRL at the default thread count (e.g. for a long --turns)")
     args = parser.parse_args()
-    workload = {"task_count": 8, "samples": 4, "turns": 8, "new_tokens": 12}
-    arms = ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16", "TRL 1.16, 1 thread"]
+    workload = {"task_count": 8, "samples": 4, "turns": args.turns, "new_tokens": 12}
+    arms = ["ours", "TRL 1.16"] if args.only else ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16",
+                                                  "TRL 1.16, 1 thread"]
+    conditions = [("quiet", 0)] if args.only else [("quiet", 0), (f"busy ({args.busy} spinning)", args.busy)]
     header = ["| env, model, machine | generation | generated tokens/s | env steps/s | vs TRL 1.16 (within rep) | "
               "time / forward-only floor |", "|---|---|---|---|---|---|"]
     rows = []
@@ -179,9 +184,9 @@ def main() -> None:
     for env_id in envs:
         model, tokenizer = build(env_id, TinyModelConfig())
         params = sum(p.numel() for p in model.parameters()) / 1e6
-        for machine, busy in (("quiet", 0), (f"busy ({args.busy} spinning)", args.busy)):
+        for machine, busy in conditions:
             rows += measure(f"{env_id}, {params:.2f}M, {machine}", arms, model, tokenizer, env_id, reps, busy, workload)
-    if not args.quick:
+    if not args.quick and not args.only:
         model, tokenizer = build("babyai", LARGER)
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "TRL 1.16"], model, tokenizer, "babyai",
