@@ -13,6 +13,7 @@ A study file names a recipe, the seeds and its arms (overrides put on the recipe
     seeds: [0, 1, 2]
     pass_k: 4                      # Pass@k at temperature 1 of each arm's final model (0: skip)
     listed_actions_only: true      # also greedy success with replies restricted to listed actions
+    target: 90                     # the bar (%), drawn on the plot
     arms:
       recipe: []                   # warm-up then RL, as the recipe says
       imitation: [train.steps=1, warmup.epochs=5]   # imitation alone in about the same time
@@ -222,8 +223,9 @@ def category_table(reports: dict[str, list[dict]], pass_k: int) -> str:
     return "\n".join(lines)
 
 
-def plot(reports: dict[str, list[dict]], out: Path) -> Path:
-    """Bars: each arm's success after the warm-up and at the end, mean over seeds, seeds as dots."""
+def plot(reports: dict[str, list[dict]], out: Path, target: float | None = None) -> Path:
+    """Bars: each arm's success after the warm-up and at the end, mean over seeds, seeds as dots;
+    `target` (%) a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -236,10 +238,13 @@ def plot(reports: dict[str, list[dict]], out: Path) -> Path:
             ax.bar(index + offset, sum(values) / len(values), width=0.34, color=colour,
                    label=("after warm-up" if key == "warmup_success" else "final") if index == 0 else None)
             ax.scatter([index + offset] * len(values), values, color="black", s=10, zorder=3)
+    if target is not None:
+        ax.axhline(target, color="#c0392b", linestyle="--", linewidth=1, label=f"target {target:g}%")
     ax.set_xticks(range(len(reports)), list(reports))
     ax.set_ylabel("greedy test success (%)")
-    ax.set_ylim(0, 100)
-    ax.legend(loc="lower right")
+    ax.set_ylim(0, 115)  # room above the bars for the legend
+    ax.set_yticks(range(0, 101, 20))
+    ax.legend(loc="upper center", ncol=3, frameon=False, fontsize="small")
     fig.tight_layout()
     path = out / "study.png"
     fig.savefig(path, dpi=120)
@@ -317,7 +322,7 @@ def main() -> None:
                                           category_table(reports, pass_k)) if part)
     (out / "study.md").write_text(text + "\n")
     print(text)
-    print(f"plot: {plot(reports, out)}")
+    print(f"plot: {plot(reports, out, study.get('target'))}")
     training = curves(reports, out)
     if training:
         print(f"training curves: {training}")
