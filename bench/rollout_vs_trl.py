@@ -3,7 +3,7 @@ same environments, model, tasks and sampling, each figure a median of interleave
 
 Run by hand (`make bench`); its tables go into docs/BENCHMARKS.md with the date and machine.
 
-    python bench/rollout_vs_trl.py [--reps 5] [--quick] [--turns 8] [--only tiny-quiet]
+    python bench/rollout_vs_trl.py [--reps 5] [--quick] [--turns 8] [--only tiny-quiet] [--envs babyai]
 
 Arms (every arm plays through our rollout engine, so only generation differs):
 - ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
@@ -168,6 +168,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--busy", type=int, default=4, help="spinning processes for the busy condition")
     parser.add_argument("--quick", action="store_true", help="tiny model on BabyAI only, 2 repetitions")
+    parser.add_argument("--envs", nargs="*", default=["babyai", "textcraft"])
     parser.add_argument("--turns", type=int, default=8, help="turns per episode (BabyAI's test limit is 20)")
     parser.add_argument("--only", choices=["tiny-quiet"], help="only the tiny models on the quiet machine, "
                         "ours and TRL at the default thread count (e.g. for a long --turns)")
@@ -179,7 +180,7 @@ def main() -> None:
     header = ["| env, model, machine | generation | generated tokens/s | env steps/s | vs TRL 1.16 (within rep) | "
               "time / forward-only floor |", "|---|---|---|---|---|---|"]
     rows = []
-    envs = ["babyai"] if args.quick else ["babyai", "textcraft"]
+    envs = ["babyai"] if args.quick else args.envs
     reps = 2 if args.quick else args.reps
     for env_id in envs:
         model, tokenizer = build(env_id, TinyModelConfig())

@@ -5,7 +5,7 @@ interleaved repetitions.
 Run by hand (`make bench`, which installs the `bench` extra: TRL itself); its table goes into
 docs/BENCHMARKS.md with the date and machine.
 
-    python bench/update_vs_trl.py [--reps 5] [--quick]
+    python bench/update_vs_trl.py [--reps 5] [--quick] [--envs babyai textcraft]
 
 The batch: 8 BabyAI (or TextCraft) train tasks × 4 samples played for 8 turns by the untrained
 model through our rollout engine, as in `bench/rollout_vs_trl.py`; one fixed advantage per
@@ -151,11 +151,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny model on BabyAI only, 2 repetitions, default threads")
+    parser.add_argument("--envs", nargs="*", default=["babyai", "textcraft"])
     args = parser.parse_args()
     reps = 2 if args.quick else args.reps
     threads = [torch.get_num_threads()] + ([] if args.quick or torch.get_num_threads() == 1 else [1])
     rows = []
-    for env_id in ["babyai"] if args.quick else ["babyai", "textcraft"]:
+    for env_id in ["babyai"] if args.quick else args.envs:
         model, tokenizer = build(env_id, TinyModelConfig())
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows += measure(f"{env_id}, {params:.2f}M", model, tokenizer, env_id, reps, threads)
