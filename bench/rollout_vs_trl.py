@@ -127,6 +127,34 @@ def floor_seconds(model, trajectories, pad_id: int) -> float:
     return time.perf_counter() - began
 
 
+def work_ratio(trajectories) -> tuple[float, float]:
+    """How much more TRL's per-turn recomputation runs through the model than our continued
+    cache, counted from the episodes: (token columns, attention pairs), TRL's over ours.
+
+    At turn t TRL runs every live row's whole prompt, left-padded to the longest, then its
+    completion; ours runs the new tokens since the row's last reply, padded to the longest, then
+    the completion, against the context kept so far (whose width grows by both every turn)."""
+    replies = []  # per episode: (first, last) position of each generated reply
+    for t in trajectories:
+        mask = t.loss_mask
+        starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
+        ends = [i + 1 for i, m in enumerate(mask) if m and (i + 1 == len(mask) or not mask[i + 1])]
+        replies.append(list(zip(starts, ends)))
+    trl_columns = trl_pairs = our_columns = our_pairs = kept = 0
+    for turn in range(max(map(len, replies))):
+        live = [(r[turn], r[turn - 1][1] if turn else 0) for r in replies if len(r) > turn]
+        rows = len(live)
+        prompt = max(start for (start, _), _ in live)
+        new = max(start - previous for (start, _), previous in live)
+        completion = max(end - start for (start, end), _ in live)
+        trl_columns += rows * (prompt + completion)
+        trl_pairs += rows * (prompt * prompt / 2 + completion * prompt)
+        our_columns += rows * (new + completion)
+        our_pairs += rows * (new * (kept + new / 2) + completion * (kept + new))
+        kept += new + completion
+    return trl_columns / our_columns, trl_pairs / our_pairs
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
 
@@ -145,12 +173,16 @@ def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: in
         for _ in range(reps):
             for arm in arms:
                 seconds, generated, steps, trajectories = play(arm, model, tokenizer, env_id, **workload)
+                if arm == arms[0]:
+                    kept_trajectories = trajectories
                 floor = floor_seconds(model, trajectories, tokenizer.pad_token_id)
                 results[arm].append((seconds, generated, steps, floor))
                 print(f"  {label} {arm}: {seconds:.1f} s, {generated / seconds:.0f} tokens/s", flush=True)
     finally:
         for spinner in spinners:
             spinner.kill()
+    columns, pairs = work_ratio(kept_trajectories)
+    print(f"  {label}: TRL runs {columns:.2f}× our token columns and {pairs:.2f}× our attention pairs", flush=True)
     rows = []
     for arm in arms:
         runs = results[arm]
