@@ -135,9 +135,9 @@ def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, 
                   "final_success": sum(last.values()) / len(last),
                   "final_step": int(validations[-1].stem.split("_")[1]), "warmup_items": first, "final_items": last}
         report_path.write_text(json.dumps(report, indent=1))
-    missing = json.dumps(report, sort_keys=True)
+    before = json.dumps(report, sort_keys=True)
     _complete(report, run_dir, out, pass_k, listed)
-    if json.dumps(report, sort_keys=True) != missing:
+    if json.dumps(report, sort_keys=True) != before:
         report_path.write_text(json.dumps(report, indent=1))
     return report
 
@@ -187,11 +187,11 @@ def versus_table(reports: dict[str, list[dict]]) -> str:
     for arm, runs in others:
         arm_runs = [r for r in runs if r["seed"] in by_seed]
         first_runs = [by_seed[r["seed"]] for r in arm_runs]
-        for theirs, ours in zip(arm_runs, first_runs):
-            delta, se, gained, lost = paired_difference(theirs["final_items"], ours["final_items"])
-            lines.append(f"| {arm} | {theirs['seed']} | {100 * theirs['final_success']:.1f}% | "
-                         f"{100 * ours['final_success']:.1f}% | {100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) "
-                         f"| {theirs['wall_s'] / 60:.1f}, {ours['wall_s'] / 60:.1f} min |")
+        for arm_run, first_run in zip(arm_runs, first_runs):
+            delta, se, gained, lost = paired_difference(arm_run["final_items"], first_run["final_items"])
+            lines.append(f"| {arm} | {arm_run['seed']} | {100 * arm_run['final_success']:.1f}% | "
+                         f"{100 * first_run['final_success']:.1f}% | {100 * delta:+.1f} ({gained} / {lost}, "
+                         f"{100 * se:.1f}) | {arm_run['wall_s'] / 60:.1f}, {first_run['wall_s'] / 60:.1f} min |")
         if len(arm_runs) > 1:  # each item averaged over the seeds, then the paired SE
             delta, se, _, _ = paired_difference(_mean_over_seeds(arm_runs, "final_items"),
                                                 _mean_over_seeds(first_runs, "final_items"))
