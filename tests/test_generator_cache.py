@@ -222,3 +222,39 @@ def test_engine_resets_a_generator_at_the_start_and_end_of_each_run(tiny_tokeniz
     engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=2)
     engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=2)
     assert generator.resets_at_calls == [0, 2, 2, 4]
+
+
+def test_one_long_prompt_does_not_widen_every_rows_prefill(tiny_tokenizer, monkeypatch):
+    """A long opening and a long observation beside short ones: the leading columns run for the
+    long row alone, other rows' cache there is zeros under the mask. Same greedy ids and logprobs
+    as the padded prefill, fewer columns run, in the first turn and in continued ones."""
+    import agentgym_rl.agent.generator as generator_module
+
+    model = _model(tiny_tokenizer)
+    pad, end = tiny_tokenizer.pad_token_id, _end_id(tiny_tokenizer)
+    long_text = " ".join(["Available actions: go forward, turn left, pick up the key"] * 4)
+
+    def play(generator):
+        prompts = [tiny_tokenizer.encode(long_text), *(tiny_tokenizer.encode(t) for t in OPENINGS[1:])]
+        history = []
+        for turn in range(3):
+            generations = generator.generate(prompts, MAX_NEW)
+            history.append(generations)
+            observations = [long_text if k == turn % 2 else f"obs {turn}" for k in range(len(prompts))]
+            prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"<|user|>\n{o}<|end|>\n")
+                       for p, g, o in zip(prompts, generations, observations)]
+        return history
+
+    split_gen = HFGenerator(model, pad, [end], 0.0, threads=1)
+    split = play(split_gen)
+    monkeypatch.setattr(generator_module, "MIN_HEAD_SAVING", 2.0)  # never split
+    padded_gen = HFGenerator(model, pad, [end], 0.0, threads=1)
+    padded = play(padded_gen)
+    uncached = play(HFGenerator(model, pad, [end], 0.0, reuse_cache=False, threads=1))
+    for turn_split, turn_padded, turn_uncached in zip(split, padded, uncached):
+        for a, b, c in zip(turn_split, turn_padded, turn_uncached):
+            assert a.ids == b.ids == c.ids and a.finished == b.finished
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+            assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
+    assert split_gen.reused_columns == padded_gen.reused_columns > 0
+    assert split_gen.prefilled_columns < 0.6 * padded_gen.prefilled_columns

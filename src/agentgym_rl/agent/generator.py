@@ -17,6 +17,13 @@ from .threads import StepTimer, ThreadChooser
 # than its longest prompt, attending over the dead columns costs more than prefilling afresh.
 MAX_WIDTH_RATIO = 2.0
 
+# Left padding makes every row of a prefill as wide as its longest prompt (or, continuing a cache,
+# its longest new suffix). When leaving the rows that are only padding out of the first columns
+# saves at least this share of the prefill's columns, those columns are run as a separate
+# forward pass over the rows that have tokens there (`HFGenerator._prefill_head`): worth an extra
+# pass, not for a few columns.
+MIN_HEAD_SAVING = 0.1
+
 
 @dataclass
 class Generation:
@@ -85,8 +92,10 @@ class HFGenerator:
     columns, padding masked out. Position ids are the cumulative sum of the attention mask, so
     every real token keeps the position it has in the unpadded conversation and the result
     equals a full prefill up to floating-point rounding (greedy ids are the same). Prompts that
-    extend no row (a new episode) join as rows that attend to none of the cached columns. A
-    batch with no match, one over `batch_size` prompts, or one grown too wide is prefilled
+    extend no row (a new episode) join as rows that attend to none of the cached columns. So that
+    one long prompt or suffix does not widen every row's prefill, the leading columns where most
+    rows hold only padding are run first for the rows that have tokens there (`_prefill_head`).
+    A batch with no match, one over `batch_size` prompts, or one grown too wide is prefilled
     afresh. Call `reset()` whenever the weights change (the rollout engine does, per run).
     A fresh prefill starts from `kv_cache.appending_cache`, which writes each decoding step into
     spare columns instead of copying the cache.
@@ -186,9 +195,10 @@ class HFGenerator:
 
         Each prompt takes the longest unused kept row that is a proper prefix of it; the rows of
         episodes that ended are dropped. Returns:
-            input_ids, attention: (B, W + S) — the kept rows' W columns, then each prompt's new
-                ids left-padded to the longest, S; a prompt extending no row gets a copy of
-                some row's columns, masked out entirely, and its whole prompt as new ids.
+            input_ids, attention: (B, C + S) — the kept rows' C cached columns, then each
+                prompt's ids after them left-padded to the longest, S; a prompt extending no row
+                gets a copy of some row's columns, masked out entirely, and its whole prompt as
+                new ids.
             cache: the kept cache with its rows selected in prompt order.
         """
         import torch
@@ -207,17 +217,23 @@ class HFGenerator:
             matches.append(match)
         if not used:
             return None
-        suffixes = [prompt if r is None else prompt[len(last.rows[r]):] for prompt, r in zip(prompts, matches)]
-        width = last.sequences.shape[1] + max(len(s) for s in suffixes)
+        # The cache lacks the last column (the last sampled id is never run through the model):
+        # the columns kept are the cached ones, and a row's real ids after them join its suffix.
+        cached = last.cache.get_seq_length()
+        kept_ids = last.mask[:, :cached].sum(dim=1).tolist()
+        suffixes = [prompt if r is None else prompt[kept_ids[r]:] for prompt, r in zip(prompts, matches)]
+        width = cached + max(len(s) for s in suffixes)
         if width > MAX_WIDTH_RATIO * max(len(p) for p in prompts):
             return None
         device = last.sequences.device
         rows = torch.tensor([0 if r is None else r for r in matches], dtype=torch.long, device=device)
-        kept_mask = last.mask[rows] * torch.tensor([[r is not None] for r in matches], dtype=torch.long, device=device)
+        kept_mask = last.mask[rows, :cached] * torch.tensor([[r is not None] for r in matches], dtype=torch.long,
+                                                            device=device)
         new_ids, new_mask, _ = self._fresh(suffixes)
         cache = last.cache
         cache.batch_select_indices(rows)
-        return (torch.cat([last.sequences[rows], new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1), cache)
+        return (torch.cat([last.sequences[rows, :cached], new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1),
+                cache)
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, input_ids: Any, attention: Any,
                         cache: Any, allowed: list[list[list[int]]] | None = None
@@ -229,7 +245,6 @@ class HFGenerator:
 
         width = input_ids.shape[1]
         reused = 0 if cache is None else cache.get_seq_length()
-        self.prefilled_columns += len(prompts) * (width - reused)
         self.reused_columns += len(prompts) * reused
         greedy = self.temperature <= 0
         # top_k=0 because None would mean transformers' default top-k of 50.
@@ -257,6 +272,10 @@ class HFGenerator:
             processors.append(StepTimer(timer))
         try:
             with torch.no_grad():
+                head_columns = 0
+                while _continuable(cache) and (columns := self._prefill_head(input_ids, attention, cache)):
+                    head_columns += columns
+                self.prefilled_columns += head_columns + len(prompts) * (width - cache.get_seq_length())
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
                                           past_key_values=cache, logits_processor=processors)
         finally:
@@ -283,6 +302,58 @@ class HFGenerator:
             batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
                            [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
         return generations, batch
+
+    def _prefill_head(self, input_ids: Any, attention: Any, cache: Any) -> int:
+        """Run the leading uncached columns for only the rows that have tokens in them.
+
+        Rows are left-padded, so the columns right after the cache are, in most rows, padding.
+        Picks the split column that minimises the prefilled columns (the head's rows × the head's
+        width + every row × the rest), and when that saves at least `MIN_HEAD_SAVING` of them,
+        runs the head over its rows (a copy of their cached keys and values as context) and
+        appends its keys and values to `cache`, zeros in the other rows, where the attention
+        mask hides them. `generate` then prefills only the rest, as it would after any cache.
+
+        Args:
+            input_ids, attention: (B, W) the whole batch, as `generate` gets it.
+            cache: the `DynamicCache` of its first L columns (L may be 0); extended in place.
+        Returns:
+            the columns run, summed over rows (0: nothing was split off).
+        """
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        batch, width = input_ids.shape
+        reused = cache.get_seq_length()
+        uncached = attention[:, reused:]
+        # Offset of each row's first real uncached column (argmax: the first 1); a row with
+        # none counts as starting at the end.
+        first = torch.where(uncached.any(dim=1), uncached.argmax(dim=1), width - reused)
+        full = batch * (width - reused)
+        split, cost = 0, full
+        for offset in sorted(set(first.tolist())):
+            if 0 < offset < width - reused:  # generate must still have a column to prefill
+                candidate = int((first < offset).sum()) * offset + batch * (width - reused - offset)
+                if candidate < cost:
+                    split, cost = offset, candidate
+        if full - cost < MIN_HEAD_SAVING * full:
+            return 0
+        rows = (first < split).nonzero().squeeze(1)
+        head_cache = DynamicCache()
+        for index, layer in enumerate(cache.layers if reused else []):
+            head_cache.update(layer.keys[rows], layer.values[rows], index)
+        mask = attention[rows, :reused + split]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, reused:]
+        # The base model: its layers fill the cache; the language-model head is not needed.
+        getattr(self.model, "base_model", self.model)(
+            input_ids=input_ids[rows, reused:reused + split], attention_mask=mask, position_ids=positions,
+            past_key_values=head_cache, use_cache=True)
+        for index, layer in enumerate(head_cache.layers):
+            keys, values = layer.keys[:, :, reused:], layer.values[:, :, reused:]
+            all_keys = keys.new_zeros((batch, *keys.shape[1:]))
+            all_values = values.new_zeros((batch, *values.shape[1:]))
+            all_keys[rows], all_values[rows] = keys, values
+            cache.update(all_keys, all_values, index)
+        return len(rows) * split
 
     def _thread_timer(self, outer_threads: int) -> Any:
         """The timing of this call's thread counts (None: a pinned count is set instead)."""
