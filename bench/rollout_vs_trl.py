@@ -111,7 +111,7 @@ def play(arm: str, model, tokenizer, env_id: str, task_count: int, samples: int,
     seconds = time.perf_counter() - began
     generated = sum(sum(t.loss_mask) for t in trajectories)
     steps = sum(t.turns for t in trajectories)
-    return seconds, generated, steps, trajectories
+    return seconds, generated, steps, trajectories, getattr(generator, "prefilled_columns", None)
 
 
 def floor_seconds(model, trajectories, pad_id: int) -> float:
@@ -133,7 +133,10 @@ def work_ratio(trajectories) -> tuple[float, float]:
 
     At turn t TRL runs every live row's whole prompt, left-padded to the longest, then its
     completion; ours runs the new tokens since the row's last reply, padded to the longest, then
-    the completion, against the context kept so far (whose width grows by both every turn)."""
+    the completion, against the context kept so far (whose width grows by both every turn).
+    Ours is counted padded to the longest row; our generator pads less (it runs leading padded
+    columns only for the rows with tokens there), so the ratio is a lower bound: `measure` prints
+    the columns it really prefilled."""
     replies = []  # per episode: (first, last) position of each generated reply
     for t in trajectories:
         mask = t.loss_mask
@@ -172,9 +175,9 @@ def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: in
         results: dict[str, list[tuple[float, int, int, float]]] = {arm: [] for arm in arms}
         for _ in range(reps):
             for arm in arms:
-                seconds, generated, steps, trajectories = play(arm, model, tokenizer, env_id, **workload)
+                seconds, generated, steps, trajectories, prefilled = play(arm, model, tokenizer, env_id, **workload)
                 if arm == arms[0]:
-                    kept_trajectories = trajectories
+                    kept_trajectories, kept_prefilled = trajectories, prefilled
                 floor = floor_seconds(model, trajectories, tokenizer.pad_token_id)
                 results[arm].append((seconds, generated, steps, floor))
                 print(f"  {label} {arm}: {seconds:.1f} s, {generated / seconds:.0f} tokens/s", flush=True)
@@ -183,6 +186,10 @@ def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: in
             spinner.kill()
     columns, pairs = work_ratio(kept_trajectories)
     print(f"  {label}: TRL runs {columns:.2f}× our token columns and {pairs:.2f}× our attention pairs", flush=True)
+    if kept_prefilled is not None:
+        prompt_tokens = sum(len(t.input_ids) - sum(t.loss_mask) for t in kept_trajectories)
+        print(f"  {label}: {arms[0]} prefilled {kept_prefilled} columns for {prompt_tokens} prompt tokens "
+              f"({kept_prefilled / prompt_tokens:.2f}×)", flush=True)
     rows = []
     for arm in arms:
         runs = results[arm]

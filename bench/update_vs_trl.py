@@ -111,7 +111,7 @@ def trl(trainer, model, inputs: dict[str, torch.Tensor]) -> tuple[float, float, 
 
 def measure(label: str, model, tokenizer, env_id: str, reps: int, threads: list[int]) -> list[str]:
     workload = {"task_count": 8, "samples": 4, "turns": 8, "new_tokens": 12}
-    _, _, _, trajectories = play("ours", model, tokenizer, env_id, **workload)
+    trajectories = play("ours", model, tokenizer, env_id, **workload)[3]
     trajectories = [t for t in trajectories if sum(t.loss_mask)]
     advantages = torch.randn(len(trajectories), generator=torch.Generator().manual_seed(0))
     trainable = sum(sum(t.loss_mask) for t in trajectories)
