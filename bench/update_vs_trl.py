@@ -30,11 +30,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import time
 
 import torch
-from rollout_vs_trl import build, play, trl_trainer
+from rollout_vs_trl import build, play, ratio_spread, spread, trl_trainer
 
 from agentgym_rl.algos import LOSS
 from agentgym_rl.algos.presets import get_algorithm
@@ -138,11 +137,10 @@ def measure(label: str, model, tokenizer, env_id: str, reps: int, threads: list[
         torch.set_num_threads(outer)
         for arm, runs in results.items():
             per_s = [trainable / s for s, *_ in runs]
-            vs = [(trainable / s) / (trainable / st) for (s, *_), (st, *_) in zip(runs, results["TRL 1.16"])]
+            vs = [st / s for (s, *_), (st, *_) in zip(runs, results["TRL 1.16"])]  # same tokens: time ratio
             cells = runs[0][3]
             rows.append(f"| {label}, {count} thread{'s' if count > 1 else ''} | {arm} | {trainable} | "
-                        f"{cells} ({cells / trainable:.1f}×) | {statistics.median(per_s):.0f} "
-                        f"({min(per_s):.0f}–{max(per_s):.0f}) | {statistics.median(vs):.2f}× ({min(vs):.2f}–{max(vs):.2f}) |")
+                        f"{cells} ({cells / trainable:.1f}×) | {spread(per_s)} | {ratio_spread(vs)} |")
     model.load_state_dict(initial)
     return rows
 

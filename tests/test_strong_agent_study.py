@@ -47,6 +47,9 @@ def test_versus_table_pairs_each_seed_and_the_mean(study):
     # [0, .5, .5, 0], mean .25, variance 1/12, SE sqrt(1/48) = 14.4
     assert lines[4] == "| **imitation, mean** | 2 | 50.0% | 75.0% | **+25.0** (SE 14.4) | 24.0, 25.0 min |"
     assert study.versus_table({"recipe": REPORTS["recipe"]}) == ""
+    # Runs are paired by seed, not by their order in the lists.
+    shuffled = {"recipe": REPORTS["recipe"], "imitation": REPORTS["imitation"][::-1]}
+    assert sorted(study.versus_table(shuffled).splitlines()) == sorted(lines)
 
 
 def test_category_table_means_over_seeds(study):
