@@ -4,6 +4,7 @@ same environments, model, tasks and sampling, each figure a median of interleave
 Run by hand (`make bench`); its tables go into docs/BENCHMARKS.md with the date and machine.
 
     python bench/rollout_vs_trl.py [--reps 5] [--quick] [--turns 8] [--only tiny-quiet] [--envs babyai]
+        [--conditions quiet busy] [--no-larger]
 
 Arms (every arm plays through our rollout engine, so only generation differs):
 - ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
@@ -211,11 +212,14 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=8, help="turns per episode (BabyAI's test limit is 20)")
     parser.add_argument("--only", choices=["tiny-quiet"], help="only the tiny models on the quiet machine, "
                         "ours and TRL at the default thread count (e.g. for a long --turns)")
+    parser.add_argument("--conditions", nargs="*", choices=["quiet", "busy"], default=["quiet", "busy"])
+    parser.add_argument("--no-larger", action="store_true", help="leave out the 27.5M model")
     args = parser.parse_args()
     workload = {"task_count": 8, "samples": 4, "turns": args.turns, "new_tokens": 12}
     arms = ["ours", "TRL 1.16"] if args.only else ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16",
                                                   "TRL 1.16, 1 thread"]
-    conditions = [("quiet", 0)] if args.only else [("quiet", 0), (f"busy ({args.busy} spinning)", args.busy)]
+    named = {"quiet": ("quiet", 0), "busy": (f"busy ({args.busy} spinning)", args.busy)}
+    conditions = [named["quiet"]] if args.only else [named[c] for c in args.conditions]
     header = ["| env, model, machine | generation | generated tokens/s | env steps/s | vs TRL 1.16 (within rep) | "
               "time / forward-only floor |", "|---|---|---|---|---|---|"]
     rows = []
@@ -226,7 +230,7 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters()) / 1e6
         for machine, busy in conditions:
             rows += measure(f"{env_id}, {params:.2f}M, {machine}", arms, model, tokenizer, env_id, reps, busy, workload)
-    if not args.quick and not args.only:
+    if not args.quick and not args.only and not args.no_larger and "quiet" in args.conditions:
         model, tokenizer = build("babyai", LARGER)
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "TRL 1.16"], model, tokenizer, "babyai",
