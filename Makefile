@@ -53,6 +53,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/iteration.py
 	$(BIN)/python bench/rollout_vs_trl.py
+	$(BIN)/python bench/padding_split.py
 	$(BIN)/python bench/update_vs_trl.py
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py
