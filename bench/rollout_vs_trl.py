@@ -4,7 +4,7 @@ same environments, model, tasks and sampling, each figure a median of interleave
 Run by hand (`make bench`); its tables go into docs/BENCHMARKS.md with the date and machine.
 
     python bench/rollout_vs_trl.py [--reps 5] [--quick] [--turns 8] [--only tiny-quiet] [--envs babyai]
-        [--conditions quiet busy] [--no-larger]
+        [--conditions quiet busy] [--models tiny larger]
 
 Arms (every arm plays through our rollout engine, so only generation differs):
 - ours: `HFGenerator` as a training run uses it (the previous turn's KV cache continued, its
@@ -213,7 +213,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["tiny-quiet"], help="only the tiny models on the quiet machine, "
                         "ours and TRL at the default thread count (e.g. for a long --turns)")
     parser.add_argument("--conditions", nargs="*", choices=["quiet", "busy"], default=["quiet", "busy"])
-    parser.add_argument("--no-larger", action="store_true", help="leave out the 27.5M model")
+    parser.add_argument("--models", nargs="*", choices=["tiny", "larger"], default=["tiny", "larger"],
+                        help="the tiny models (every env and condition) and the 27.5M one (BabyAI, quiet, ours "
+                        "against TRL)")
     args = parser.parse_args()
     workload = {"task_count": 8, "samples": 4, "turns": args.turns, "new_tokens": 12}
     arms = ["ours", "TRL 1.16"] if args.only else ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16",
@@ -225,16 +227,16 @@ def main() -> None:
     rows = []
     envs = ["babyai"] if args.quick else args.envs
     reps = 2 if args.quick else args.reps
-    for env_id in envs:
+    for env_id in envs if "tiny" in args.models or args.quick else []:
         model, tokenizer = build(env_id, TinyModelConfig())
         params = sum(p.numel() for p in model.parameters()) / 1e6
         for machine, busy in conditions:
             rows += measure(f"{env_id}, {params:.2f}M, {machine}", arms, model, tokenizer, env_id, reps, busy, workload)
-    if not args.quick and not args.only and not args.no_larger and "quiet" in args.conditions:
+    if not args.quick and not args.only and "larger" in args.models and "quiet" in args.conditions:
         model, tokenizer = build("babyai", LARGER)
         params = sum(p.numel() for p in model.parameters()) / 1e6
         rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "TRL 1.16"], model, tokenizer, "babyai",
-                        max(3, reps - 2), 0, workload)
+                        reps, 0, workload)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads by default; {workload['task_count']} tasks × {workload['samples']} "
           f"samples, {workload['turns']} turns, {workload['new_tokens']} new tokens per turn, temperature 1, "
