@@ -9,8 +9,8 @@ machine. Nothing here is asserted in tests.
 
 Each algorithm runs its own BabyAI config (`configs/babyai_ALGO.yaml`, the settings a user
 starts from) without a warm-up, so every run plays the same untrained tiny model, and updates
-on every episode (`algo.skip_zero_advantage=false`: an untrained model's groups rarely differ,
-and skipped rows would make the update look free); the parts are the medians over its steps
+on every episode (`algo.skip_zero_advantage=false`, and for LOOP `algo.drop_threshold=0`: an
+untrained model's groups rarely differ, and skipped rows would make the update look free); the parts are the medians over its steps
 after the first (which also builds caches and threads).
 """
 
@@ -31,9 +31,10 @@ ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
 
 
 def algorithm_row(algorithm: str, steps: int, out: Path) -> str:
+    keep_every_episode = ["algo.skip_zero_advantage=false"] + (["algo.drop_threshold=0"] if algorithm == "loop" else [])
     command = [sys.executable, "-m", "agentgym_rl.cli", "train", f"configs/babyai_{algorithm}.yaml",
-               "warmup.episodes=0", "algo.skip_zero_advantage=false", f"train.steps={steps}", "train.validate_every=0", f"train.save_every={steps}",
-               f"run.output_dir={out}", f"run.name={algorithm}"]
+               "warmup.episodes=0", *keep_every_episode, f"train.steps={steps}", "train.validate_every=0",
+               f"train.save_every={steps}", f"run.output_dir={out}", f"run.name={algorithm}"]
     log = out / f"{algorithm}.log"
     with log.open("w") as sink:
         result = subprocess.run(["/usr/bin/time", "-v", *command], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
