@@ -4,10 +4,10 @@
 
 Run by hand (`make bench`); its table goes into docs/BENCHMARKS.md with the date and machine.
 
-    python bench/padding_split.py [--reps 5] [--turns 8] [--threads 2] [--envs babyai textcraft]
+    python bench/padding_split.py [--reps 5] [--turns 8] [--threads 2] [--envs babyai textcraft] [--larger]
 
 The workload is `bench/rollout_vs_trl.py`'s: 8 train tasks × 4 samples, 12 new tokens per turn,
-temperature 1, the untrained tiny model. Columns are the prompt columns run through the model
+temperature 1, the untrained tiny model (or, with `--larger`, the 27.5M one). Columns are the prompt columns run through the model
 (padding included), summed over rows, against the prompt tokens of the finished episodes.
 """
 
@@ -18,7 +18,7 @@ import os
 import platform
 
 import torch
-from rollout_vs_trl import build, play, ratio_spread, spread
+from rollout_vs_trl import LARGER, build, play, ratio_spread, spread
 
 import agentgym_rl.agent.generator as generator_module
 from agentgym_rl.agent.tiny import TinyModelConfig
@@ -32,12 +32,13 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--threads", type=int, choices=[1, 2], default=2)
     parser.add_argument("--envs", nargs="*", default=["babyai", "textcraft"])
+    parser.add_argument("--larger", action="store_true", help="the 27.5M model instead of the tiny one")
     args = parser.parse_args()
     arm_name = f"ours, {args.threads} thread{'s' if args.threads > 1 else ''}"
     workload = {"task_count": 8, "samples": 4, "turns": args.turns, "new_tokens": 12}
     rows = []
     for env_id in args.envs:
-        model, tokenizer = build(env_id, TinyModelConfig())
+        model, tokenizer = build(env_id, LARGER if args.larger else TinyModelConfig())
         play(arm_name, model, tokenizer, env_id, **{**workload, "task_count": 2, "turns": 2})  # warm-up
         results: dict[str, list[tuple[float, int, int, int]]] = {arm: [] for arm in ARMS}
         for _ in range(args.reps):
@@ -53,11 +54,12 @@ def main() -> None:
             per_s = [g / s for s, g, _, _ in runs]
             speedup = [(g / s) / (gp / sp) for (s, g, _, _), (sp, gp, _, _) in zip(runs, padded)]
             columns = [c / p for _, _, c, p in runs]
-            rows.append(f"| {env_id} | {arm} | {ratio_spread(columns)} | {spread(per_s)} | {ratio_spread(speedup)} |")
+            params = sum(p.numel() for p in model.parameters()) / 1e6
+            rows.append(f"| {env_id}, {params:.2f}M | {arm} | {ratio_spread(columns)} | {spread(per_s)} | {ratio_spread(speedup)} |")
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} "
           f"thread(s); {workload['task_count']} tasks × {workload['samples']} samples, {args.turns} turns; "
           f"median (min–max) of {args.reps} interleaved repetitions after a warm-up")
-    print("| env | prefill | prompt columns run / prompt tokens | generated tokens/s | vs padded (within rep) |\n"
+    print("| env, model | prefill | prompt columns run / prompt tokens | generated tokens/s | vs padded (within rep) |\n"
           "|---|---|---|---|---|")
     print("\n".join(rows))
 
