@@ -7,8 +7,9 @@ Run by hand (`make bench`); its table goes into docs/BENCHMARKS.md with the date
     python bench/padding_split.py [--reps 5] [--turns 8] [--threads 2] [--envs babyai textcraft] [--larger]
 
 The workload is `bench/rollout_vs_trl.py`'s: 8 train tasks × 4 samples, 12 new tokens per turn,
-temperature 1, the untrained tiny model (or, with `--larger`, the 27.5M one). Columns are the prompt columns run through the model
-(padding included), summed over rows, against the prompt tokens of the finished episodes.
+temperature 1, the untrained tiny model (or, with `--larger`, the 27.5M one). Columns are the
+prompt columns run through the model (padding included), summed over rows, against the prompt
+tokens of the finished episodes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def main() -> None:
     rows = []
     for env_id in args.envs:
         model, tokenizer = build(env_id, LARGER if args.larger else TinyModelConfig())
+        params = sum(p.numel() for p in model.parameters()) / 1e6
         play(arm_name, model, tokenizer, env_id, **{**workload, "task_count": 2, "turns": 2})  # warm-up
         results: dict[str, list[tuple[float, int, int, int]]] = {arm: [] for arm in ARMS}
         for _ in range(args.reps):
@@ -54,13 +56,13 @@ def main() -> None:
             per_s = [g / s for s, g, _, _ in runs]
             speedup = [(g / s) / (gp / sp) for (s, g, _, _), (sp, gp, _, _) in zip(runs, padded)]
             columns = [c / p for _, _, c, p in runs]
-            params = sum(p.numel() for p in model.parameters()) / 1e6
-            rows.append(f"| {env_id}, {params:.2f}M | {arm} | {ratio_spread(columns)} | {spread(per_s)} | {ratio_spread(speedup)} |")
+            rows.append(f"| {env_id}, {params:.2f}M | {arm} | {ratio_spread(columns)} | {spread(per_s)} | "
+                        f"{ratio_spread(speedup)} |")
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} "
           f"thread(s); {workload['task_count']} tasks × {workload['samples']} samples, {args.turns} turns; "
           f"median (min–max) of {args.reps} interleaved repetitions after a warm-up")
-    print("| env, model | prefill | prompt columns run / prompt tokens | generated tokens/s | vs padded (within rep) |\n"
-          "|---|---|---|---|---|")
+    print("| env, model | prefill | prompt columns run / prompt tokens | generated tokens/s | "
+          "vs padded (within rep) |\n|---|---|---|---|---|")
     print("\n".join(rows))
 
 
