@@ -10,8 +10,8 @@ machine. Nothing here is asserted in tests.
 Each algorithm runs its own BabyAI config (`configs/babyai_ALGO.yaml`, the settings a user
 starts from) without a warm-up, so every run plays the same untrained tiny model, and updates
 on every episode (`algo.skip_zero_advantage=false`, and for LOOP `algo.drop_threshold=0`: an
-untrained model's groups rarely differ, and skipped rows would make the update look free); the parts are the medians over its steps
-after the first (which also builds caches and threads).
+untrained model's groups rarely differ, and skipped rows would make the update look free); the
+parts are the medians over its steps after the first (which also builds caches and threads).
 """
 
 from __future__ import annotations
