@@ -322,6 +322,8 @@ class HFGenerator:
         import torch
         from transformers.cache_utils import DynamicCache
 
+        from .kv_cache import SPARE_COLUMNS, AppendLayer
+
         batch, width = input_ids.shape
         reused = cache.get_seq_length()
         uncached = attention[:, reused:]
@@ -338,8 +340,11 @@ class HFGenerator:
         if full - cost < MIN_HEAD_SAVING * full:
             return 0
         rows = (first < split).nonzero().squeeze(1)
+        # Appending layers with room for the head: copying a cache is what costs here.
         head_cache = DynamicCache()
+        head_cache.layers = [AppendLayer() for _ in cache.layers]
         for index, layer in enumerate(cache.layers if reused else []):
+            head_cache.layers[index].next_spare = split
             head_cache.update(layer.keys[rows], layer.values[rows], index)
         mask = attention[rows, :reused + split]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, reused:]
@@ -352,6 +357,8 @@ class HFGenerator:
             all_keys = keys.new_zeros((batch, *keys.shape[1:]))
             all_values = values.new_zeros((batch, *values.shape[1:]))
             all_keys[rows], all_values[rows] = keys, values
+            if isinstance(cache.layers[index], AppendLayer):  # room for the rest of the prefill and the replies
+                cache.layers[index].next_spare = width - reused - split + SPARE_COLUMNS
             cache.update(all_keys, all_values, index)
         return len(rows) * split
 

@@ -18,11 +18,12 @@ SPARE_COLUMNS = 64
 serves that many decoding steps."""
 
 
-def _append(buffer: torch.Tensor | None, current: torch.Tensor, new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _append(buffer: torch.Tensor | None, current: torch.Tensor, new: torch.Tensor,
+            spare: int = SPARE_COLUMNS) -> tuple[torch.Tensor, torch.Tensor]:
     """Append `new` (B, H, S, D) to `current` (B, H, L, D) along dim 2.
 
     Writes into `buffer` when `current` is its first L columns and it has room for S more;
-    otherwise allocates a new buffer of L + S + SPARE_COLUMNS columns.
+    otherwise allocates a new buffer of L + S + `spare` columns.
     Returns:
         (buffer, the first L + S columns of it: a view)
     """
@@ -31,7 +32,7 @@ def _append(buffer: torch.Tensor | None, current: torch.Tensor, new: torch.Tenso
     in_buffer = (buffer is not None and length > 0 and current.data_ptr() == buffer.data_ptr()
                  and current.shape[:2] == buffer.shape[:2] and needed <= buffer.shape[-2])
     if not in_buffer:
-        shape = (*new.shape[:2], needed + SPARE_COLUMNS, new.shape[-1])
+        shape = (*new.shape[:2], needed + spare, new.shape[-1])
         buffer = torch.empty(shape, dtype=new.dtype, device=new.device)
         if length:
             buffer[:, :, :length] = current
@@ -45,7 +46,12 @@ class AppendLayer(DynamicLayer):
     Everything else (`get_seq_length`, `batch_select_indices`, cropping) works on the views as
     on `DynamicLayer`'s tensors; a method that replaces them with fresh tensors just makes the
     next `update` allocate a new buffer.
+
+    `next_spare`: the spare columns of the next buffer allocated (then back to SPARE_COLUMNS),
+    raised by a caller that knows more columns follow (a prefill split in two passes).
     """
+
+    next_spare = SPARE_COLUMNS
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -56,8 +62,9 @@ class AppendLayer(DynamicLayer):
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        self._key_buffer, self.keys = _append(self._key_buffer, self.keys, key_states)
-        self._value_buffer, self.values = _append(self._value_buffer, self.values, value_states)
+        self._key_buffer, self.keys = _append(self._key_buffer, self.keys, key_states, self.next_spare)
+        self._value_buffer, self.values = _append(self._value_buffer, self.values, value_states, self.next_spare)
+        self.next_spare = SPARE_COLUMNS
         return self.keys, self.values
 
 
