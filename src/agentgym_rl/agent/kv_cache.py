@@ -47,8 +47,9 @@ class AppendLayer(DynamicLayer):
     on `DynamicLayer`'s tensors; a method that replaces them with fresh tensors just makes the
     next `update` allocate a new buffer.
 
-    `next_spare`: the spare columns of the next buffer allocated (then back to SPARE_COLUMNS),
-    raised by a caller that knows more columns follow (a prefill split in two passes).
+    `next_spare`: the spare columns of a buffer the next `update` allocates (back to
+    SPARE_COLUMNS after it), raised by a caller that knows more columns follow (a prefill split
+    in two passes).
     """
 
     next_spare = SPARE_COLUMNS
