@@ -52,3 +52,15 @@ def test_generation_with_the_appending_cache_equals_transformers_dynamic_cache(t
     assert all(isinstance(layer, AppendLayer) for layer in appended.past_key_values.layers)
     assert torch.equal(plain.sequences, appended.sequences)
     assert torch.allclose(torch.stack(plain.scores), torch.stack(appended.scores), atol=1e-5)
+
+
+def test_a_raised_next_spare_makes_room_for_the_columns_that_follow_once():
+    """A prefill split in two passes reserves room for its second pass: no second allocation."""
+    layer = AppendLayer()
+    layer.next_spare = SPARE_COLUMNS + 100
+    layer.update(_columns(1, 0, 2), _columns(1, 0, 2))
+    buffer = layer._key_buffer
+    assert buffer.shape[2] == 2 + SPARE_COLUMNS + 100 and layer.next_spare == SPARE_COLUMNS
+    keys, _ = layer.update(_columns(1, 2, SPARE_COLUMNS + 100), _columns(1, 2, SPARE_COLUMNS + 100))
+    assert layer._key_buffer is buffer  # written in place
+    assert keys[0, 0, :, 0].tolist() == list(range(2 + SPARE_COLUMNS + 100))
