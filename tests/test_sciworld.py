@@ -4,9 +4,12 @@ The JVM is slow to start (~1.5 s), so most tests share one env (module fixture).
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import signal
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -287,6 +290,23 @@ def test_close_is_idempotent_and_stops_the_jvm():
     obs, _ = environment.reset(LIFESPAN_ITEM)  # usable again: a new JVM
     assert obs.startswith("Your task is") and alive(environment.jvm_pid)
     environment.close()
+
+
+def test_a_forgotten_env_whose_jvm_died_is_collected_without_a_word_from_py4j(caplog):
+    """The garbage collector may run inside any code (once, inside hypothesis's `compile`): a
+    collected simulator must not try to reach its dead JVM and log the refused connection."""
+    environment = SciWorldEnv()
+    environment.reset(LIFESPAN_ITEM)
+    pid = environment.jvm_pid
+    os.kill(pid, signal.SIGKILL)
+    while alive(pid):
+        time.sleep(0.05)
+    in_a_cycle = [environment]
+    in_a_cycle.append(in_a_cycle)
+    with caplog.at_level(logging.INFO, logger="py4j"):
+        del environment, in_a_cycle
+        gc.collect()
+    assert not [record.getMessage() for record in caplog.records if record.name.startswith("py4j")]
 
 
 def test_step_before_reset_raises():

@@ -271,7 +271,13 @@ class SciWorldEnv(TextEnv):
             last = str(server.step(command))
         if verify and last != self._last_raw:
             raise SimulatorDied(f"replaying {len(self._sent)} commands did not reach the same state")
-        return [str(a) for a in server.getGoldActionSequence()] if gold else None
+        if not gold:
+            return None
+        actions = server.getGoldActionSequence()
+        try:
+            return [str(action) for action in actions]
+        finally:
+            self._sim.release(actions)
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         """`fn(server)` on this env's JVM: started when none runs, replaced (with the

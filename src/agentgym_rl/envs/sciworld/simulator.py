@@ -18,6 +18,13 @@ of through `scienceworld.ScienceWorldEnv`, for three reasons:
 
 The JVM is a child process that dies with us (`--die-on-broken-pipe`: it exits when its
 stdin closes, which also happens when this process dies).
+
+Nothing here talks to the JVM from the garbage collector. By default py4j releases each Java
+object from a finalizer, over the network; a simulator collected after its JVM has gone then
+logs a refused connection from inside the collector, and formatting that traceback (Python
+3.11 parses source lines to underline them) broke an unrelated `compile` the collection had
+interrupted, failing a test elsewhere. So py4j's memory management is off (the few objects we
+keep are released by `release`), and `close` only closes sockets and the JVM's stdin.
 """
 
 from __future__ import annotations
@@ -62,8 +69,8 @@ class Simulator:
         try:
             # No callback server: the simulator never calls back into Python, and each one
             # would cost a listening socket and a thread.
-            self._gateway = JavaGateway(gateway_parameters=GatewayParameters(port=port),
-                                        java_process=self._proc)
+            self._gateway = JavaGateway(gateway_parameters=GatewayParameters(
+                port=port, enable_memory_management=False), java_process=self._proc)
             self.server: Any = self._gateway.jvm.scienceworld.runtime.pythonapi.PythonInterface()
         except BaseException:
             self.close()
@@ -74,12 +81,19 @@ class Simulator:
         """The JVM's process id (None once closed)."""
         return self._proc.pid if self._proc is not None else None
 
+    def release(self, java_object: Any) -> None:
+        """Let the JVM drop `java_object` (a returned array or object, once read): with
+        memory management off, py4j keeps every returned object alive on the Java side."""
+        if self._gateway is not None:
+            self._gateway.detach(java_object)
+
     def close(self) -> None:
-        """Stop the JVM and release the connection; safe to call more than once."""
+        """Stop the JVM and release the connection; safe to call more than once, and from
+        the garbage collector (no round trip to the JVM, which may already be gone)."""
         gateway, proc = self._gateway, self._proc
         self._gateway, self._proc = None, None
         if gateway is not None:
-            gateway.shutdown()  # closes our sockets; swallows errors of a dead JVM
+            gateway.close(keep_callback_server=True)  # our sockets only; there is no callback server
         if proc is None:
             return
         try:
