@@ -46,7 +46,8 @@ def main() -> None:
         for _ in range(args.reps):
             for arm, saving in ARMS.items():
                 generator_module.MIN_HEAD_SAVING = saving
-                seconds, generated, _, trajectories, prefilled = play(arm_name, model, tokenizer, env_id, **workload)
+                seconds, generated, _, trajectories, generator = play(arm_name, model, tokenizer, env_id, **workload)
+                prefilled = generator.prefilled_columns
                 prompt_tokens = sum(len(t.input_ids) - sum(t.loss_mask) for t in trajectories)
                 results[arm].append((seconds, generated, prefilled, prompt_tokens))
                 print(f"  {env_id} {arm}: {seconds:.1f} s, {prefilled / prompt_tokens:.2f}× columns", flush=True)

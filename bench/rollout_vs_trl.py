@@ -112,7 +112,7 @@ def play(arm: str, model, tokenizer, env_id: str, task_count: int, samples: int,
     seconds = time.perf_counter() - began
     generated = sum(sum(t.loss_mask) for t in trajectories)
     steps = sum(t.turns for t in trajectories)
-    return seconds, generated, steps, trajectories, getattr(generator, "prefilled_columns", None)
+    return seconds, generated, steps, trajectories, generator
 
 
 def floor_seconds(model, trajectories, pad_id: int) -> float:
@@ -159,6 +159,15 @@ def work_ratio(trajectories) -> tuple[float, float]:
     return trl_columns / our_columns, trl_pairs / our_pairs
 
 
+def threads_chosen(generator) -> str:
+    """The share of forward passes the thread chooser ran on each count ("" when it was pinned)."""
+    passes = getattr(generator, "thread_passes", None)
+    if not passes:
+        return ""
+    total = sum(passes.values())
+    return ", passes on " + ", ".join(f"{count} thread(s) {n / total:.0%}" for count, n in sorted(passes.items()))
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
 
@@ -176,12 +185,14 @@ def measure(label: str, arms: list[str], model, tokenizer, env_id: str, reps: in
         results: dict[str, list[tuple[float, int, int, float]]] = {arm: [] for arm in arms}
         for _ in range(reps):
             for arm in arms:
-                seconds, generated, steps, trajectories, prefilled = play(arm, model, tokenizer, env_id, **workload)
+                seconds, generated, steps, trajectories, generator = play(arm, model, tokenizer, env_id, **workload)
                 if arm == arms[0]:
-                    kept_trajectories, kept_prefilled = trajectories, prefilled
+                    kept_trajectories = trajectories
+                    kept_prefilled = getattr(generator, "prefilled_columns", None)
                 floor = floor_seconds(model, trajectories, tokenizer.pad_token_id)
                 results[arm].append((seconds, generated, steps, floor))
-                print(f"  {label} {arm}: {seconds:.1f} s, {generated / seconds:.0f} tokens/s", flush=True)
+                print(f"  {label} {arm}: {seconds:.1f} s, {generated / seconds:.0f} tokens/s"
+                      f"{threads_chosen(generator)}", flush=True)
     finally:
         for spinner in spinners:
             spinner.kill()

@@ -51,6 +51,7 @@ def test_a_busy_machine_switches_to_one_thread_after_the_trial():
     # pass 0 (the prompt) on the current count, passes 1-4 alternate 2, 1, 2, 1, the rest on the winner
     assert play_call(chooser, machine, 8) == [2, 2, 1, 2, 1, 1, 1, 1]
     assert chooser.current == 1 and chooser.last_trial == pytest.approx({2: 0.010, 1: 0.004})
+    assert chooser.passes == {2: 3, 1: 5}
     # the count changed, so the next trial comes after first_interval (4) calls: calls 1-3 exploit
     for _ in range(3):
         assert play_call(chooser, machine, 6) == [1] * 6
@@ -123,6 +124,7 @@ def test_the_generator_decodes_on_the_count_its_timings_favour(tiny_tokenizer, t
     chosen._chooser = ThreadChooser((2, 1), clock=_clock_on_torch_threads({2: 0.010, 1: 0.004}))
     threads, generations = _threads_per_forward(chosen, prompts, 10)
     assert threads == [2, 2, 1, 2, 1, 1, 1, 1, 1, 1]
+    assert chosen.thread_passes == {2: 3, 1: 7} and pinned.thread_passes == {}
     assert [g.ids for g in generations] == [g.ids for g in expected]
     assert torch.get_num_threads() == 2
 

@@ -136,6 +136,12 @@ class HFGenerator:
         self._last: _Batch | None = None
 
     @property
+    def thread_passes(self) -> dict[int, int]:
+        """Forward passes of `generate` run on each thread count the chooser picked (empty when
+        the count is pinned, or one thread is all there is)."""
+        return dict(self._chooser.passes) if self._chooser is not None else {}
+
+    @property
     def max_cached_batch(self) -> int:
         """The most prompts whose KV cache is kept for the next call (0: no cache is kept)."""
         return self.batch_size if self.reuse_cache else 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from typing import Any, Callable
 
 
@@ -55,6 +56,8 @@ class ThreadChooser:
         self.next_trial = 0
         self.last_trial: dict[int, float] = {}
         """Median seconds per decoding step of each candidate in the last trial that timed all."""
+        self.passes: Counter[int] = Counter()
+        """Forward passes run on each thread count, over every call (what was chosen, in effect)."""
 
     def call(self) -> _CallTimer:
         """Timing for one generation call: it sets the call's starting count; call its
@@ -97,6 +100,7 @@ class _CallTimer:
         """A forward pass ended: time it (a trial's decoding passes), then set the count of the next."""
         chooser = self.chooser
         now = chooser.clock()
+        chooser.passes[self.running] += 1
         if self.trial and 1 <= self.passes <= chooser.trial_steps:
             self.samples.setdefault(self.running, []).append(now - self.began)
         self.passes += 1
