@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agentgym_rl.agent.generator import HFGenerator
-from agentgym_rl.agent.threads import ThreadChooser
+from agentgym_rl.agent.threads import ThreadChooser, shared_chooser
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 
 
@@ -51,7 +51,6 @@ def test_a_busy_machine_switches_to_one_thread_after_the_trial():
     # pass 0 (the prompt) on the current count, passes 1-4 alternate 2, 1, 2, 1, the rest on the winner
     assert play_call(chooser, machine, 8) == [2, 2, 1, 2, 1, 1, 1, 1]
     assert chooser.current == 1 and chooser.last_trial == pytest.approx({2: 0.010, 1: 0.004})
-    assert chooser.passes == {2: 3, 1: 5}
     # the count changed, so the next trial comes after first_interval (4) calls: calls 1-3 exploit
     for _ in range(3):
         assert play_call(chooser, machine, 6) == [1] * 6
@@ -68,6 +67,26 @@ def test_a_quiet_machine_keeps_its_threads_and_tries_less_often():
             calls_with_a_trial.append(call)
     assert chooser.current == 2
     assert calls_with_a_trial == [0, 8, 24]  # each trial kept the count: the interval 4 doubled to 8, then 16
+
+
+def test_a_machine_that_gets_busy_between_trials_is_tried_again_at_once():
+    machine = FakeMachine({2: 0.004, 1: 0.007})
+    chooser = machine.chooser()
+    assert play_call(chooser, machine, 6) == [2, 2, 1, 2, 1, 2]  # the trial keeps 2 threads
+    assert play_call(chooser, machine, 6) == [2] * 6  # next trial 8 calls away
+    machine.seconds_per_pass = {2: 0.020, 1: 0.007}  # load arrives: 5x the trial's 2-thread steps
+    assert play_call(chooser, machine, 6) == [2] * 6  # timed, found far off
+    assert play_call(chooser, machine, 8) == [2, 2, 1, 2, 1, 1, 1, 1]  # tried at once, and switched
+    assert chooser.current == 1
+
+
+def test_step_times_near_the_last_trial_bring_no_trial_forward():
+    machine = FakeMachine({2: 0.004, 1: 0.007})
+    chooser = machine.chooser()
+    play_call(chooser, machine, 6)
+    machine.seconds_per_pass = {2: 0.007, 1: 0.007}  # 1.75x slower: inside the drift factor of 2
+    runs = [play_call(chooser, machine, 6) for _ in range(7)]
+    assert all(ran == [2] * 6 for ran in runs) and chooser.trials == 1
 
 
 def test_a_small_difference_does_not_switch():
@@ -149,3 +168,19 @@ def _clock_on_torch_threads(seconds_per_pass: dict[int, float]):
         now[0] += seconds_per_pass[torch.get_num_threads()]
         return now[0]
     return clock
+
+
+def test_generators_of_one_process_share_what_their_chooser_learnt(tiny_tokenizer, two_threads):
+    """A new generator starts on the count an earlier one's trial chose, and counts its own passes."""
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=2,
+                                                        intermediate_size=64, max_positions=256)).eval()
+    prompt = [tiny_tokenizer.encode("Your goal")]
+    first, second = (HFGenerator(model, tiny_tokenizer.pad_token_id, [], temperature=0.0) for _ in range(2))
+    _threads_per_forward(first, prompt, 4)
+    assert first._chooser is shared_chooser((2, 1)) and sum(first.thread_passes.values()) == 4
+    shared_chooser((2, 1)).current, shared_chooser((2, 1)).next_trial = 1, 10**9  # as if a trial chose 1
+    try:
+        assert _threads_per_forward(second, prompt, 4)[0] == [1] * 4
+        assert second._chooser is first._chooser and second.thread_passes == {1: 4}
+    finally:
+        shared_chooser((2, 1)).current, shared_chooser((2, 1)).next_trial = 2, 0

@@ -6,11 +6,12 @@ replace the Hugging Face one without touching it.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .constrained import AllowedReplies
-from .threads import StepTimer, ThreadChooser
+from .threads import StepTimer, shared_chooser
 
 # A continued batch keeps every column of the previous turn, including middle padding, rows'
 # stop-to-end padding and the columns of episodes that finished. Once it is this many times wider
@@ -129,6 +130,7 @@ class HFGenerator:
         self.reuse_cache = reuse_cache
         self.threads = threads
         self._chooser = None
+        self._thread_passes: Counter[int] = Counter()
         self.prefilled_columns = 0
         """Prompt columns run through the model, summed over rows (padding included)."""
         self.reused_columns = 0
@@ -139,7 +141,7 @@ class HFGenerator:
     def thread_passes(self) -> dict[int, int]:
         """Forward passes of `generate` run on each thread count the chooser picked (empty when
         the count is pinned, or one thread is all there is)."""
-        return dict(self._chooser.passes) if self._chooser is not None else {}
+        return dict(self._thread_passes)
 
     @property
     def max_cached_batch(self) -> int:
@@ -287,6 +289,7 @@ class HFGenerator:
         finally:
             if timer is not None:
                 timer.finish()
+                self._thread_passes.update(timer.ran)
             torch.set_num_threads(outer_threads)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
@@ -376,7 +379,7 @@ class HFGenerator:
             torch.set_num_threads(self.threads or outer_threads)
             return None
         if self._chooser is None or self._chooser.candidates[0] != outer_threads:
-            self._chooser = ThreadChooser((outer_threads, 1))
+            self._chooser = shared_chooser((outer_threads, 1))
         return self._chooser.call()
 
 
