@@ -176,11 +176,13 @@ def test_generators_of_one_process_share_what_their_chooser_learnt(tiny_tokenize
                                                         intermediate_size=64, max_positions=256)).eval()
     prompt = [tiny_tokenizer.encode("Your goal")]
     first, second = (HFGenerator(model, tiny_tokenizer.pad_token_id, [], temperature=0.0) for _ in range(2))
-    _threads_per_forward(first, prompt, 4)
-    assert first._chooser is shared_chooser((2, 1)) and sum(first.thread_passes.values()) == 4
-    shared_chooser((2, 1)).current, shared_chooser((2, 1)).next_trial = 1, 10**9  # as if a trial chose 1
+    chooser = shared_chooser((2, 1))
+    before = dict(vars(chooser))  # the process's chooser: leave it as other tests found it
     try:
+        _threads_per_forward(first, prompt, 4)
+        assert first._chooser is chooser and sum(first.thread_passes.values()) == 4
+        chooser.current, chooser.next_trial = 1, 10**9  # as if a trial had chosen 1
         assert _threads_per_forward(second, prompt, 4)[0] == [1] * 4
-        assert second._chooser is first._chooser and second.thread_passes == {1: 4}
+        assert second._chooser is chooser and second.thread_passes == {1: 4}
     finally:
-        shared_chooser((2, 1)).current, shared_chooser((2, 1)).next_trial = 2, 0
+        vars(chooser).update(before)
