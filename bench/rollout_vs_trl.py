@@ -226,7 +226,7 @@ def main() -> None:
     parser.add_argument("--conditions", nargs="*", choices=["quiet", "busy"], default=["quiet", "busy"])
     parser.add_argument("--models", nargs="*", choices=["tiny", "larger"], default=["tiny", "larger"],
                         help="the tiny models (every env and condition) and the 27.5M one (BabyAI, quiet, ours "
-                        "against TRL)")
+                        "against TRL at the default count and at 1 thread)")
     args = parser.parse_args()
     workload = {"task_count": 8, "samples": 4, "turns": args.turns, "new_tokens": 12}
     arms = ["ours", "TRL 1.16"] if args.only else ["ours", "ours, 1 thread", "ours, 2 threads", "TRL 1.16",
@@ -246,8 +246,8 @@ def main() -> None:
     if not args.quick and not args.only and "larger" in args.models and "quiet" in args.conditions:
         model, tokenizer = build("babyai", LARGER)
         params = sum(p.numel() for p in model.parameters()) / 1e6
-        rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "TRL 1.16"], model, tokenizer, "babyai",
-                        reps, 0, workload)
+        rows += measure(f"babyai, {params:.1f}M, quiet", ["ours", "ours, 1 thread", "TRL 1.16", "TRL 1.16, 1 thread"],
+                        model, tokenizer, "babyai", reps, 0, workload)
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads by default; {workload['task_count']} tasks × {workload['samples']} "
           f"samples, {workload['turns']} turns, {workload['new_tokens']} new tokens per turn, temperature 1, "
