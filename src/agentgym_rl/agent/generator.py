@@ -329,9 +329,8 @@ class HFGenerator:
             the columns run, summed over rows (0: nothing was split off).
         """
         import torch
-        from transformers.cache_utils import DynamicCache
 
-        from .kv_cache import SPARE_COLUMNS, AppendLayer
+        from .kv_cache import SPARE_COLUMNS, AppendLayer, appending_cache
 
         batch, width = input_ids.shape
         reused = cache.get_seq_length()
@@ -350,8 +349,7 @@ class HFGenerator:
             return 0
         rows = (first < split).nonzero().squeeze(1)
         # Appending layers with room for the head: copying a cache is what costs here.
-        head_cache = DynamicCache()
-        head_cache.layers = [AppendLayer() for _ in cache.layers]
+        head_cache = appending_cache(self.model.config)
         for index, layer in enumerate(cache.layers if reused else []):
             head_cache.layers[index].next_spare = split
             head_cache.update(layer.keys[rows], layer.values[rows], index)

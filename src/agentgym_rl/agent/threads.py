@@ -19,6 +19,7 @@ a run that must repeat bit for bit pins it (`rollout.threads`).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections import Counter
@@ -98,14 +99,10 @@ class ThreadChooser:
             self.next_trial = self.calls
 
 
+@functools.cache
 def shared_chooser(candidates: tuple[int, ...]) -> ThreadChooser:
     """The process's chooser over `candidates`, made on first use (see the module docstring)."""
-    if candidates not in _SHARED:
-        _SHARED[candidates] = ThreadChooser(candidates)
-    return _SHARED[candidates]
-
-
-_SHARED: dict[tuple[int, ...], ThreadChooser] = {}
+    return ThreadChooser(candidates)
 
 
 class _CallTimer:
