@@ -5,19 +5,22 @@ updates, with the run's peak memory; and each environment's reset and step times
 Run by hand (`make bench`); copy the printed tables into docs/BENCHMARKS.md with the date and
 machine. Nothing here is asserted in tests.
 
-    python bench/iteration.py [--steps 4] [--algorithms ppo grpo] [--envs babyai textcraft]
+    python bench/iteration.py [--steps 6] [--threads 1] [--algorithms ppo grpo] [--envs babyai textcraft]
 
 Each algorithm runs its own BabyAI config (`configs/babyai_ALGO.yaml`, the settings a user
 starts from) without a warm-up, so every run plays the same untrained tiny model, and updates
 on every episode (`algo.skip_zero_advantage=false`, and for LOOP `algo.drop_threshold=0`: an
 untrained model's groups rarely differ, and skipped rows would make the update look free); the
-parts are the medians over its steps after the first (which also builds caches and threads).
+parts are the medians over its steps after the first (which also builds caches and threads),
+the whole step with its min–max. `--threads N` runs the training processes on N CPU threads
+(torch's, generation's and the BLAS libraries'); by default they use torch's own count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -30,14 +33,19 @@ REPO = Path(__file__).resolve().parent.parent
 ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
 
 
-def algorithm_row(algorithm: str, steps: int, out: Path) -> str:
+def algorithm_row(algorithm: str, steps: int, out: Path, threads: int) -> str:
     keep_every_episode = ["algo.skip_zero_advantage=false"] + (["algo.drop_threshold=0"] if algorithm == "loop" else [])
+    pinned = [f"rollout.threads={threads}"] if threads else []
     command = [sys.executable, "-m", "agentgym_rl.cli", "train", f"configs/babyai_{algorithm}.yaml",
-               "warmup.episodes=0", *keep_every_episode, f"train.steps={steps}", "train.validate_every=0",
+               "warmup.episodes=0", *keep_every_episode, *pinned, f"train.steps={steps}", "train.validate_every=0",
                f"train.save_every={steps}", f"run.output_dir={out}", f"run.name={algorithm}"]
+    environment = dict(os.environ)
+    if threads:  # torch reads these when it starts; its default count otherwise follows the cores
+        environment.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     log = out / f"{algorithm}.log"
     with log.open("w") as sink:
-        result = subprocess.run(["/usr/bin/time", "-v", *command], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
+        result = subprocess.run(["/usr/bin/time", "-v", *command], stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                                env=environment)
     text = log.read_text(errors="replace")
     if result.returncode != 0:
         raise SystemExit(f"{algorithm} failed; see {log}")
@@ -50,8 +58,10 @@ def algorithm_row(algorithm: str, steps: int, out: Path) -> str:
 
     rollout, update, score = median("time/rollout_s"), median("time/update_s"), median("time/score_s")
     total = rollout + update
+    whole_steps = [r["time/rollout_s"] + r.get("time/update_s", 0.0) for r in rows]
     episodes = median("update/trajectories")
-    return (f"| {algorithm} | {total:.1f} s | {rollout:.1f} s ({100 * rollout / total:.0f}%) | "
+    return (f"| {algorithm} | {total:.1f} s ({min(whole_steps):.1f}–{max(whole_steps):.1f}) | "
+            f"{rollout:.1f} s ({100 * rollout / total:.0f}%) | "
             f"{score:.2f} s ({100 * score / total:.0f}%) | {update - score:.1f} s ({100 * (update - score) / total:.0f}%) "
             f"| {median('update/optimizer_steps'):.0f} | {episodes:.0f} | {peak_gb:.2f} GB |")
 
@@ -83,18 +93,21 @@ def env_row(env_id: str, items: int, turns: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="RL steps per algorithm (the first is left out)")
+    parser.add_argument("--steps", type=int, default=6, help="RL steps per algorithm (the first is left out)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads of the training runs (0: torch's default)")
     parser.add_argument("--algorithms", nargs="*", default=ALGORITHMS)
     parser.add_argument("--envs", nargs="*", default=["babyai", "textcraft", "sciworld"])
     parser.add_argument("--items", type=int, default=20, help="items reset per environment")
     args = parser.parse_args()
     if args.steps < 2:
         raise SystemExit("--steps must be at least 2: the first step is left out of the medians")
+    if args.threads < 0:
+        raise SystemExit("--threads must be 0 (torch's default) or a count of threads")
     with tempfile.TemporaryDirectory() as tmp:
         print("| algorithm | one step | rollout | scoring | optimizer updates | updates | episodes updated on "
               "| peak RSS |\n|---|---|---|---|---|---|---|---|")
         for algorithm in args.algorithms:
-            print(algorithm_row(algorithm, args.steps, Path(tmp)), flush=True)
+            print(algorithm_row(algorithm, args.steps, Path(tmp), args.threads), flush=True)
     print("\n| environment | reset (median) | reset (max) | step (median) | step (max) | steps |\n|---|---|---|---|---|---|")
     for env_id in args.envs:
         print(env_row(env_id, args.items, 30), flush=True)
