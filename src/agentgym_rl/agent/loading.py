@@ -1,4 +1,5 @@
-"""Loading a local Hugging Face causal LM and its tokenizer (never from a hub)."""
+"""Loading a local Hugging Face causal LM and its tokenizer (never from a hub): a model folder,
+a named model or a `.gguf` file (prepared into a folder by `agent.models`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
+from .models import model_folder
 
 
 def resolve_device(name: str) -> Any:
@@ -20,7 +22,8 @@ def resolve_device(name: str) -> Any:
 
 
 def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
-    """Load `AutoModelForCausalLM` and `AutoTokenizer` from a local folder.
+    """Load `AutoModelForCausalLM` and `AutoTokenizer` from a local folder (or a named model or
+    `.gguf` file: `agent.models.model_folder`).
 
     Raises:
         UserError: the folder does not exist, is not a model folder, or the tokenizer has
@@ -29,16 +32,15 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
     import torch
     from transformers import AutoModelForCausalLM
 
-    tokenizer = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(
-        Path(path), local_files_only=True, dtype=getattr(torch, dtype)
-    )
+    folder = model_folder(path)
+    tokenizer = load_tokenizer(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
     return model, tokenizer
 
 
 def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of a local model folder (with a pad token; see `load_model_and_tokenizer`)."""
-    folder = Path(path)
+    folder = model_folder(path)
     if not folder.is_dir():
         raise UserError(f"model path {str(path)!r} is not a directory")
     if not (folder / "config.json").is_file():

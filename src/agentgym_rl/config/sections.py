@@ -103,7 +103,9 @@ class ModelConfig:
     """The policy model."""
 
     path: str | None = None
-    """A local Hugging Face model folder; null builds the tiny offline model."""
+    """A local Hugging Face model folder, a named model (`agentgym-rl models list`, e.g.
+    smollm2-135m-instruct) or a `.gguf` file (both converted once into a cached folder); null
+    builds the tiny offline model."""
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     """Shape of the tiny model (used when `path` is null)."""
     corpus_episodes: Positive = 200
@@ -187,6 +189,13 @@ class OptimConfig:
     """Clip the global gradient norm to this (0 disables)."""
     micro_batch_size: Positive = 8
     """Rows per forward/backward pass; gradients accumulate across micro-batches."""
+    micro_batch_tokens: NonNegative = 0
+    """Also cap a micro-batch at this many token cells (rows × its longest row; one row at
+    least), so that long episodes come in fewer rows (0: rows alone). Activations grow with the
+    tokens of a pass: a pretrained model's recipe sets this rather than a row count."""
+    gradient_checkpointing: bool = False
+    """Keep only each layer's input during the forward pass and recompute the rest in the
+    backward (~1.3x the update's compute for a fraction of its activation memory)."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """"constant", or "cosine": decay to 0 over the steps of one fine-tuning call (each RFT
     round decays anew). The RL trainer keeps the rate constant."""

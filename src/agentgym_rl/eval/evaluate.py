@@ -12,6 +12,7 @@ from ..config import PlayConfig, RolloutConfig
 from ..rollout.engine import RolloutEngine
 from ..rollout.policy import ModelPolicy, model_policy
 from ..rollout.trajectory import Trajectory
+from ..agent.models import NAMED_MODELS, is_model_reference, model_folder
 from .metrics import summarize
 from .policies import RandomPolicy
 
@@ -46,9 +47,11 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
         return ChatAPIPolicy(rollout.generator_url, policy.removeprefix(API_PREFIX), temperature,
                              rollout.generator_timeout, api_key=os.environ.get("OPENAI_API_KEY"),
                              max_concurrency=rollout.generator_concurrency, retries=rollout.generator_retries)
+    if is_model_reference(policy):  # a named model or a .gguf file: its prepared folder
+        policy = str(model_folder(policy))
     if not Path(policy).exists():
-        raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL' nor an existing "
-                        "model folder")
+        raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL', a named model "
+                        f"({', '.join(sorted(NAMED_MODELS))}) nor an existing model folder")
     if rollout is not None and rollout.generator_url:
         return served_policy(policy, rollout, temperature)
     if rollout is not None and rollout.generator == "vllm":

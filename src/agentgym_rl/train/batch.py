@@ -101,14 +101,31 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
     return batch
 
 
-def micro_batches(batch: TokenBatch, size: int) -> Iterator[tuple[list[int], TokenBatch]]:
-    """Slices of at most `size` rows, each trimmed of padding, as (row indices, micro-batch).
+def micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,
+                  group: int = 1) -> Iterator[tuple[list[int], TokenBatch]]:
+    """Slices of at most `size` rows, each trimmed of padding, as (row indices, micro-batch);
+    with `max_tokens`, also at most that many token cells (rows × the longest row), but never
+    less than one group.
 
     Rows are taken in order of length, so rows of similar length share a micro-batch: in
-    multi-turn data lengths vary several-fold and padding would be most of the work.
+    multi-turn data lengths vary several-fold and padding would be most of the work. With
+    `group` > 1 each run of `group` consecutive rows (DPO's chosen and rejected rows) stays
+    together and in its order, groups ordered by their longest row; `size` then counts whole
+    groups' rows (rounded down to a multiple of `group`, one group at least).
     """
     lengths = batch.attention_mask.sum(1).tolist()
-    order = sorted(range(len(lengths)), key=lambda row: lengths[row])
-    for start in range(0, len(order), size):
-        rows = order[start:start + size]
+    if len(lengths) % group:
+        raise ValueError(f"a batch of {len(lengths)} rows is not made of groups of {group}")
+    groups = [list(range(start, start + group)) for start in range(0, len(lengths), group)]
+    widths = [max(lengths[row] for row in rows) for rows in groups]
+    order = sorted(range(len(groups)), key=lambda g: widths[g])
+    most = max(1, size // group)
+    rows: list[int] = []
+    for g in order:
+        # Groups come narrowest first, so the group being added is the widest of its micro-batch.
+        if rows and (len(rows) // group == most or (max_tokens and (len(rows) + group) * widths[g] > max_tokens)):
+            yield rows, batch.select(rows)
+            rows = []
+        rows += groups[g]
+    if rows:
         yield rows, batch.select(rows)

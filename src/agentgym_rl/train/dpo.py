@@ -171,7 +171,7 @@ class DPOTrainer(Trainer):
                 for start in range(0, len(order), cfg.dpo.batch_size):
                     chunk = [pairs[i] for i in order[start:start + cfg.dpo.batch_size]]
                     values = learner.update(pair_batch(chunk, reference, tokenizer.pad_token_id), loss,
-                                            weight_by="sequences")
+                                            weight_by="sequences", group=2)
                     step += 1
                     metrics.log(step, {**values, "epoch": epoch + 1})
                     bar.update(1)

@@ -34,8 +34,16 @@ def is_right_padded(attention_mask: torch.Tensor) -> bool:
     return bool(torch.equal(attention_mask.bool(), positions < lengths))
 
 
+LOGIT_CHUNK = 1 << 26
+"""Most logits (positions × vocabulary) that exist at once while scoring: 256 MB in float32,
+as much again for their log-softmax. A micro-batch of 8 BabyAI episodes of ~3,000 tokens under
+SmolLM2's 49,152-token vocabulary has 1.2e9 logits (4.7 GB); the tiny model's 1,024-token
+vocabulary fits most micro-batches in one chunk."""
+
+
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
-                  entropy: bool = False, temperature: float = 1.0) -> dict[str, torch.Tensor]:
+                  entropy: bool = False, temperature: float = 1.0,
+                  chunk: int | None = LOGIT_CHUNK) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
 
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
@@ -44,6 +52,13 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     A batch with `segment_ids` and `position_ids` (`packing.collate_packed`) is packed: each
     row holds several documents and token t sees only the earlier tokens of its own one (at a
     document's first token the "logprob" is a cross-document guess: keep it off the loss mask).
+
+    The model runs once up to its last hidden state; the output head then makes at most
+    `chunk` logits (positions × vocabulary) at a time, each chunk reduced to what is returned
+    before the next (and, when there are several, recomputed in the backward pass rather than
+    kept), so memory no longer grows with batch × length × vocabulary. None makes every logit
+    in one piece, inside the model's own forward (an FSDP-sharded model gathers its output
+    head only there).
 
     Returns:
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
@@ -70,24 +85,84 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         inputs = {}
     else:
         inputs = {"attention_mask": batch.attention_mask}
-    result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None)
-    logits = result.logits[:, :-1].float() / temperature
+    targets = batch.input_ids[:, 1:]
+    right = batch.right_ids[:, 1:] if batch.right_ids is not None else None
+    if chunk is None:
+        result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
+                       use_cache=False)
+        scores = _scores(result.logits[:, :-1], targets, right, temperature, entropy)
+        hidden = result.hidden_states[-1][:, :-1] if value_head is not None else None
+    else:
+        hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
+        head = model.get_output_embeddings()
+        width = max(1, chunk // (max(1, hidden.shape[0]) * head.weight.shape[0]))  # positions per chunk
+        scores = _chunked_scores(head, hidden, targets, right, temperature, entropy, width)
+    out = {"logprobs": _shift(scores[0])}
+    if right is not None:
+        out["right_logprobs"] = _shift(scores[1])
+    if entropy:
+        out["entropy"] = _shift(scores[-1])
+    if value_head is not None:
+        out["values"] = _shift(value_head(hidden.float()).squeeze(-1))
+    return out
+
+
+def last_hidden_state(model: Any, input_ids: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
+    """(B, T, H) the decoder's output (after its final norm), from a forward pass that asks the
+    output head for one position's logits only: caught as the decoder returns it, so the
+    model's own forward (and any hooks wrapped around it) runs unchanged."""
+    caught: list[torch.Tensor] = []
+
+    def catch(module: Any, args: Any, output: Any) -> None:
+        caught.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+    handle = model.get_decoder().register_forward_hook(catch)
+    try:
+        model(input_ids=input_ids, **inputs, logits_to_keep=1, use_cache=False)  # scoring keeps no KV cache
+    finally:
+        handle.remove()
+    return caught[-1]
+
+
+def _scores(logits: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None, temperature: float,
+            entropy: bool) -> tuple[torch.Tensor, ...]:
+    """What `token_outputs` returns, from (B, C, V) logits of the positions predicting
+    `targets` (B, C): (picked logprobs, [right-token logprobs], [entropies]), each (B, C)."""
+    logits = logits.float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
-    picked = logprobs.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    out = {"logprobs": _shift(picked)}
-    if batch.right_ids is not None:
-        right = batch.right_ids[:, 1:]
+    out = [logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)]
+    if right is not None:
         listed = right >= 0
         each = torch.where(listed, logprobs.gather(-1, right.clamp(min=0)), float("-inf"))
         # A last column of log 1 where nothing is listed makes the result 0 there, not a -inf
         # whose backward would be NaN.
         none = torch.where(listed.any(-1), float("-inf"), 0.0).unsqueeze(-1)
-        out["right_logprobs"] = _shift(torch.logsumexp(torch.cat([each, none], -1), -1))
+        out.append(torch.logsumexp(torch.cat([each, none], -1), -1))
     if entropy:
-        out["entropy"] = _shift(token_entropy(logits))
-    if value_head is not None:
-        out["values"] = _shift(value_head(result.hidden_states[-1][:, :-1].float()).squeeze(-1))
-    return out
+        out.append(token_entropy(logits))
+    return tuple(out)
+
+
+def _chunked_scores(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None,
+                    temperature: float, entropy: bool, width: int) -> tuple[torch.Tensor, ...]:
+    """`_scores` of `head(hidden)`, `width` positions at a time; under autograd, when there is
+    more than one chunk, each chunk's logits are recomputed in the backward pass (activation
+    checkpointing) instead of kept."""
+    from torch.utils.checkpoint import checkpoint
+
+    def score(part: torch.Tensor, part_targets: torch.Tensor, part_right: torch.Tensor | None) -> tuple:
+        return _scores(head(part), part_targets, part_right, temperature, entropy)
+
+    parts = []
+    recompute = torch.is_grad_enabled() and hidden.shape[1] > width
+    for start in range(0, hidden.shape[1], width):
+        cut = slice(start, start + width)
+        args = (hidden[:, cut], targets[:, cut], right[:, cut] if right is not None else None)
+        parts.append(checkpoint(score, *args, use_reentrant=False) if recompute else score(*args))
+    if not parts:  # one-token rows predict nothing
+        return tuple(hidden.new_zeros(hidden.shape[:2], dtype=torch.float32)
+                     for _ in range(1 + (right is not None) + entropy))
+    return tuple(torch.cat(column, dim=1) for column in zip(*parts))
 
 
 def token_logprobs(model: Any, batch: TokenBatch) -> torch.Tensor:
@@ -148,6 +223,10 @@ class Learner:
             self.value_head = torch.nn.Linear(model.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
+        if config.gradient_checkpointing:
+            # Keep only each layer's input in the forward pass and recompute the rest in the
+            # backward; off in generation, which runs the model in eval mode.
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = self._new_optimizer()
         self.sharded = False
         self.rollout_model = model
@@ -225,12 +304,15 @@ class Learner:
             scored = dataclasses.replace(batch, right_ids=None)
             for item in self._micro_batches(scored):
                 if item is None:  # this rank's part is scored; the others still gather weights
-                    token_outputs(scorer, self._idle_batch(), head, temperature=self.temperature)
+                    token_outputs(scorer, self._idle_batch(), head, temperature=self.temperature,
+                                  chunk=self._chunk(scorer))
                     continue
                 rows, micro = item
                 width = micro.input_ids.shape[1]
                 micro = micro.to(self.device)  # batches are built on the CPU
-                for key, value in token_outputs(scorer, micro, head, temperature=self.temperature).items():
+                scored_micro = token_outputs(scorer, micro, head, temperature=self.temperature,
+                                             chunk=self._chunk(scorer))
+                for key, value in scored_micro.items():
                     out[key][rows, :width] = value.cpu()
         scorer.train(was_training)
         return out
@@ -240,7 +322,7 @@ class Learner:
         return self.outputs(batch, reference=reference, model=model)["logprobs"]
 
     def update(self, batch: TokenBatch, loss_fn: LossFn, weight_by: str = "tokens",
-               skip_above: tuple[str, float] | None = None) -> dict[str, float]:
+               skip_above: tuple[str, float] | None = None, group: int = 1) -> dict[str, float]:
         """One optimizer step on `batch`, accumulating gradients over micro-batches.
 
         Each micro-batch's loss is weighted by its share of the batch's loss tokens
@@ -250,6 +332,9 @@ class Learner:
         `skip_above=("approx_kl", 0.05)` drops the step (gradients computed, weights left
         alone) when that loss metric, averaged over the batch, exceeds the bound: a guard
         against one update moving the policy too far from the one that sampled the data.
+
+        `group=2` keeps each pair of consecutive rows in one micro-batch, in its order (DPO's
+        interleaved chosen and rejected rows; see `batch.micro_batches`).
 
         Returns:
             loss-function metrics averaged with the same weights, grad_norm, and "skipped"
@@ -264,7 +349,7 @@ class Learner:
         if total == 0:  # no loss token on any rank
             return {}
         summed: dict[str, float] = {}
-        micros = self._micro_batches(batch)
+        micros = self._micro_batches(batch, group)
         for index, item in enumerate(micros):
             if self.sharded:  # reduce-scatter the gradients once, after the last micro-batch
                 for unit in self._units():
@@ -275,11 +360,11 @@ class Learner:
             if share == 0.0:
                 if self.sharded:  # a pass adding nothing, so that every rank runs as many
                     outputs = token_outputs(self.model, self._idle_batch(), self.value_head, self.entropy,
-                                            self.temperature)
+                                            self.temperature, self._chunk(self.model))
                     (sum(value.sum() for value in outputs.values()) * 0.0).backward()
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
-                                                         self.temperature))
+                                                         self.temperature, self._chunk(self.model)))
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)
@@ -296,9 +381,15 @@ class Learner:
             self.optimizer.step()
         return summed
 
-    def _micro_batches(self, batch: TokenBatch) -> list[tuple[list[int], TokenBatch] | None]:
+    def _chunk(self, scorer: Any) -> int | None:
+        """How `token_outputs` makes `scorer`'s logits: in chunks, but whole inside the forward
+        of a sharded model (its output head is gathered only there)."""
+        return None if self.sharded and scorer is self.model else LOGIT_CHUNK
+
+    def _micro_batches(self, batch: TokenBatch, group: int = 1) -> list[tuple[list[int], TokenBatch] | None]:
         """The batch's micro-batches; sharded, padded with None up to the most any rank has."""
-        micros: list[tuple[list[int], TokenBatch] | None] = list(micro_batches(batch, self.config.micro_batch_size))
+        micros: list[tuple[list[int], TokenBatch] | None] = list(
+            micro_batches(batch, self.config.micro_batch_size, self.config.micro_batch_tokens, group))
         if self.sharded:
             from .sharding import max_across_ranks
 

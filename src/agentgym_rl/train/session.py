@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ..agent.loading import load_model_and_tokenizer, resolve_device
+from ..agent.models import NAMED_MODELS, is_model_reference
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
 from ..config import EvalConfig
@@ -34,10 +35,12 @@ from .learner import Learner
 
 
 def check_model_path(model_path: str | None) -> None:
-    """Fail early (before collecting data) on a `model.path` that is not a model folder."""
-    if model_path is not None and not Path(model_path, "config.json").is_file():
+    """Fail early (before collecting data) on a `model.path` that is not a model folder, a named
+    model or a `.gguf` file."""
+    if model_path is not None and not is_model_reference(model_path) and not Path(model_path, "config.json").is_file():
         raise UserError(f"model path {model_path!r} is not a directory with a config.json; set model.path to a "
-                        "Hugging Face model folder (e.g. a run's checkpoints/.../model) or to null for the tiny model")
+                        f"Hugging Face model folder (e.g. a run's checkpoints/.../model), a named model "
+                        f"({', '.join(sorted(NAMED_MODELS))}), a .gguf file, or null for the tiny model")
 
 
 class Trainer:
@@ -246,6 +249,9 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
     if builds_tiny:
         log(f"built the tiny model: {sum(p.numel() for p in model.parameters()):,} parameters, "
             f"vocabulary {len(tokenizer)}")
+    if warmup_episodes and not builds_tiny:
+        log(f"warming up the pretrained model {path} on {warmup_episodes} expert episodes first "
+            "(warmup.episodes=0 starts RL from the model as it is, as the AgentGym-RL paper does)")
     if warmup_episodes:
         warm_up(model, tokenizer, demos, warmup, config.run.seed, log)
     return model, tokenizer, bool(warmup_episodes)
