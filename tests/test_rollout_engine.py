@@ -8,6 +8,7 @@ import threading
 import pytest
 from conftest import CounterEnv, CounterExpert
 
+from agentgym_rl.agent.tiny import TinyModelConfig
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
@@ -78,6 +79,35 @@ def test_the_smaller_of_the_factory_and_policy_limits_applies():
         assert len(out) == 10 and all(t.success for t in out)
         limits.append(counter.most)
     assert limits == [3, 2, 3]
+
+
+class _HeavyCache(ScriptedPolicy):
+    """A model whose KV cache holds 1 MiB a token (a large one, at a small scale)."""
+
+    max_batch = 128
+    cache_bytes_per_token = 2**20
+
+
+def test_episodes_in_flight_are_capped_by_the_kv_cache_budget():
+    """2 episodes of 1,000 tokens at 1 MiB a token fill 2,000 MB: the third must wait; a set
+    max_envs overrides the budget."""
+    tasks = [Task("counter", i, "c") for i in range(5)]
+    for config, most in ((RolloutConfig(max_context=1000, kv_cache_mb=2000), 2),
+                         (RolloutConfig(max_context=1000, kv_cache_mb=1), 1),
+                         (RolloutConfig(max_context=1000, kv_cache_mb=2000, max_envs=4), 4)):
+        counter = _LiveCounter()
+        with RolloutEngine(counter, config) as engine:
+            out = engine.run(tasks, _HeavyCache(CounterExpert()), max_turns=3)
+        assert len(out) == 5 and counter.most == most
+
+
+def test_a_model_policy_reports_its_models_kv_bytes_per_token(tiny_tokenizer):
+    from agentgym_rl.agent.tiny import build_model
+    from agentgym_rl.rollout.policy import model_policy
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2))
+    # K and V, 3 layers, 2 heads of 8 dimensions, 4 bytes each.
+    assert model_policy(model, tiny_tokenizer, 0.0).cache_bytes_per_token == 2 * 3 * 2 * 8 * 4
 
 
 def test_environments_are_reused_across_episodes_and_runs():

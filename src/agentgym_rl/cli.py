@@ -294,20 +294,27 @@ def serve_retriever(
 @app.command("serve-model")
 def serve_model(
     checkpoint: Path = typer.Argument(..., help="A model folder (a run's checkpoints/step_N/model, or any local "
-                                      "Hugging Face chat model)."),
+                                      "Hugging Face chat model), a named model or a .gguf file."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
     token: Optional[str] = typer.Option(None, help="Require `Authorization: Bearer TOKEN` on every /v1 call."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+    device: str = typer.Option("cpu", help="cpu, cuda, or auto (CUDA when torch sees a GPU)."),
 ) -> None:
     """Serve a model with OpenAI's API: /v1/completions (token ids in and out, for exact
     rollouts: eval with rollout.generator_url=http://HOST:PORT/v1) and /v1/chat/completions."""
     import uvicorn
 
-    from .agent.loading import load_model_and_tokenizer
+    from .agent.loading import load_model_and_tokenizer, resolve_device
     from .server.model_server import create_model_app, model_name
 
+    if device not in ("cpu", "cuda", "auto"):
+        raise UserError(f"--device must be cpu, cuda or auto, got {device!r}")
+    if dtype not in ("float32", "bfloat16"):
+        raise UserError(f"--dtype must be float32 or bfloat16, got {dtype!r}")
+    target = resolve_device(device)
     model, tokenizer = load_model_and_tokenizer(checkpoint, dtype)
+    model = model.to(target)
     uvicorn.run(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token), host=host, port=port,
                 log_level="warning", access_log=False)
 

@@ -144,6 +144,13 @@ class HFGenerator:
         return dict(self._thread_passes)
 
     @property
+    def cache_bytes_per_token(self) -> int:
+        """KV-cache bytes each token of a kept row holds (`kv_cache.bytes_per_token`)."""
+        from .kv_cache import bytes_per_token
+
+        return bytes_per_token(self.model)
+
+    @property
     def max_cached_batch(self) -> int:
         """The most prompts whose KV cache is kept for the next call (0: no cache is kept)."""
         return self.batch_size if self.reuse_cache else 0

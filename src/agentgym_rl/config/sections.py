@@ -41,7 +41,8 @@ class RunConfig:
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """How the ranks of a `torchrun` RL run hold the model: "ddp", a whole copy each (gradients
     all-reduced), or "fsdp", 1/world of the parameters, gradients and optimizer state each
-    (FSDP2), for models that do not fit one device. One process ignores it."""
+    (FSDP2), for models that do not fit one device. A process outside `torchrun` ignores it;
+    `torchrun --nproc_per_node 1` shards over its one rank (scripts/gpu-check.sh does)."""
 
     @property
     def dir(self) -> Path:
@@ -136,9 +137,14 @@ class RolloutConfig:
     """Open each conversation with the environment's instruction as a system message (a model
     must be evaluated as it was trained: the tiny model's recipes leave it out)."""
     max_envs: NonNegative = 0
-    """Most environments alive at once (0: the smaller of the environment's own limit and the
-    batch a model policy keeps its KV cache for, 128; else all episodes). Heavy environments (a
-    SciWorld JVM is ~0.5 GB) set a limit in their registry entry."""
+    """Most environments alive at once (0: the smallest of the environment's own limit, the
+    batch a model policy keeps its KV cache for, 128, and the episodes whose caches fit
+    `kv_cache_mb`; else all episodes). Heavy environments (a SciWorld JVM is ~0.5 GB) set a
+    limit in their registry entry."""
+    kv_cache_mb: Positive = 2048
+    """With `max_envs` 0, no more episodes at once than this many MB of KV cache hold at
+    `max_context` tokens each: 11 for SmolLM2-135M (46 KB a token in float32) at 4,096 tokens;
+    the tiny model's 4 KB a token never binds."""
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""

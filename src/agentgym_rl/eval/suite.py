@@ -54,7 +54,11 @@ class Policies:
     """Builds the policy of each (env, temperature), loading a model folder only once."""
 
     def __init__(self, policy: str, config: SuiteConfig):
-        self.policy, self.config = policy, config
+        from ..agent.models import is_model_reference, model_folder
+
+        # A named model or .gguf file: its prepared folder, loaded once like any model folder.
+        self.policy = str(model_folder(policy)) if is_model_reference(policy) else policy
+        self.config = config
         self._model: tuple[Any, Any] | None = None
 
     def _in_process_model(self) -> bool:

@@ -109,7 +109,8 @@ class RolloutEngine:
              seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
         jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
         limit = self.config.max_envs or min(
-            [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0)) if cap],
+            [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0),
+                             self._cache_cap(policy)) if cap],
             default=len(jobs))
         episodes: list[_Episode] = []
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -130,6 +131,13 @@ class RolloutEngine:
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
                 self._report(active, progress)
         return [e.record for e in episodes]
+
+    def _cache_cap(self, policy: Policy) -> int:
+        """Episodes whose KV caches fit `rollout.kv_cache_mb` at `max_context` tokens each (0: no cap)."""
+        per_token = getattr(policy, "cache_bytes_per_token", 0)
+        if not per_token:
+            return 0
+        return max(1, self.config.kv_cache_mb * 2**20 // (per_token * self.config.max_context))
 
     def _start(self, task: Task, group: int, policy: Policy, seed: int) -> _Episode:
         record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)

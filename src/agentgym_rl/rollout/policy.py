@@ -48,7 +48,8 @@ class Policy(Protocol):
         encoder: the chat encoder of a token policy (the engine encodes conversations with it),
             None for a text policy.
 
-    A policy may also define `max_batch`, optional: the most episodes worth playing at once.
+    A policy may also define, optional: `max_batch`, the most episodes worth playing at once, and
+    `cache_bytes_per_token`, the memory each token of an episode in flight holds (its KV cache).
     """
 
     encoder: ChatEncoder | None
@@ -94,6 +95,12 @@ class ModelPolicy:
         across turns keeps it only for a batch this size; more episodes would be prefilled
         afresh on every turn."""
         return getattr(self.generator, "max_cached_batch", 0)
+
+    @property
+    def cache_bytes_per_token(self) -> int:
+        """KV-cache bytes a token of an episode in flight holds while it is generated for (0: none
+        in this process, e.g. a served model)."""
+        return getattr(self.generator, "cache_bytes_per_token", 0)
 
     def sync_weights(self, model: Any) -> None:
         """Sample from `model`'s weights from now on (see `Generator.sync_weights`)."""

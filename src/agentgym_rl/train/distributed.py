@@ -26,9 +26,11 @@ TIMEOUT = timedelta(hours=6)
 
 def start(device: str) -> tuple[int, int]:
     """(rank, world size): join the process group `torchrun` describes (`WORLD_SIZE`, `RANK`,
-    `MASTER_ADDR`...), or (0, 1) outside `torchrun`."""
+    `MASTER_ADDR`...), or (0, 1) outside `torchrun`. One process under `torchrun` joins a group
+    of one too, so that `torchrun --nproc_per_node 1` runs the NCCL set-up and, with
+    `run.parallel: fsdp`, the sharded learner on a single GPU."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
+    if world <= 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         return 0, 1
     if not dist.is_initialized():
         gpu = device != "cpu" and torch.cuda.is_available()
@@ -36,6 +38,11 @@ def start(device: str) -> tuple[int, int]:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if gpu else "gloo", timeout=TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
+
+
+def in_group() -> bool:
+    """Whether this process joined a process group (`start` under `torchrun`)."""
+    return dist.is_available() and dist.is_initialized()
 
 
 def stop() -> None:

@@ -174,7 +174,7 @@ class RLTrainer(Trainer):
             if state is None:
                 self.save(0)  # the weights (after the warm-up) every rank starts from
             distributed.broadcast(start)  # the other ranks wait for it in `_join_rank_zero`
-        if self.world > 1 and cfg.run.parallel == "fsdp":  # every rank now holds the same state
+        if distributed.in_group() and cfg.run.parallel == "fsdp":  # every rank now holds the same state
             self.learner.shard()
         self.policy = self.session.policy(cfg.algo.temperature)
         self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only)
