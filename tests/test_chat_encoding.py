@@ -8,6 +8,7 @@ from conftest import CounterEnv, ScriptedGenerator
 from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import train_tokenizer
 from agentgym_rl.envs.tasks import Task
+from agentgym_rl.errors import UserError
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.rollout.policy import ModelPolicy
@@ -170,3 +171,31 @@ def test_template_without_the_end_of_turn_marker_is_a_user_error(tiny_tokenizer)
     encoder = ChatEncoder(tiny_tokenizer, end_of_turn="<|user|>")
     with pytest.raises(UserError, match="does not end assistant turns"):
         encoder.user_delta([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "c")
+
+
+def test_a_reply_prefix_is_context_the_model_continues_and_part_of_the_replys_text():
+    """With rollout.reply_prefix "Action:" the model is prompted with the prefix after the
+    generation prompt, replies " count", and the environment gets "Action: count"; the prefix's
+    ids stand in the trajectory untrained, and the ids still equal the template's encoding."""
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, [" jump", " count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32, reply_prefix="Action:"))
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert [m["content"] for m in trajectory.messages if m["role"] == "assistant"] == ["Action: jump", "Action: count"]
+    assert trajectory.success and trajectory.invalid_turns == [0]
+    prefix = encoder.encode_text("Action:")
+    assert generator.prompts[0][-len(prefix):] == prefix  # the model continues from the prefix
+    trained = tokenizer.decode([i for i, m in zip(trajectory.input_ids, trajectory.loss_mask) if m])
+    assert "Action" not in trained and "jump" in trained and "count" in trained
+    ids, _ = encoder.encode_conversation(trajectory.messages)
+    assert trajectory.input_ids == ids
+
+
+def test_a_reply_prefix_refuses_what_would_misread_it():
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, [" count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(reply_prefix="Action:", locate_wrong_tokens=True))
+    with pytest.raises(UserError, match="reply_prefix does not work with locating wrong tokens"):
+        engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=3)

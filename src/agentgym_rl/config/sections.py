@@ -175,6 +175,11 @@ class RolloutConfig:
     (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
     (`Trajectory.right_tokens`). The RL trainer turns this on for `algo.invalid_turn_penalty`
     and `algo.right_token_coef`."""
+    reply_prefix: str = ""
+    """Text every reply of a model policy starts with, given to the model as context and not
+    trained (e.g. "Action:"): a small instruct model that does not keep the reply format
+    zero-shot then only has to name an action. A run's evaluation uses its run's prefix
+    (`eval --run`); not with `listed_actions_only` or `locate_wrong_tokens`."""
     workers: NonNegative = 0
     """Ray actors that play an RL run's training rollouts, each with a copy of the model (synced
     after every update) and its own environments (0: the trainer's process plays them;

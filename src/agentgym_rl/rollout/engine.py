@@ -24,6 +24,7 @@ from ..config import RolloutConfig
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
+from ..errors import UserError
 from .policy import Policy, Reply, as_policy
 from .trajectory import Trajectory
 
@@ -55,6 +56,7 @@ class RolloutEngine:
         self._idle: list[TextEnv] = []  # environments whose episode ended cleanly, ready for the next
         self._idle_lock = threading.Lock()
         self.envs_made = 0
+        self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
 
     def __enter__(self) -> RolloutEngine:
         return self
@@ -107,6 +109,7 @@ class RolloutEngine:
 
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int,
              seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
+        self._prefix = self._reply_prefix(policy)
         jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
         limit = self.config.max_envs or min(
             [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0),
@@ -155,16 +158,32 @@ class RolloutEngine:
             record.input_ids = list(episode.ids)
             record.loss_mask = [0] * len(episode.ids)
             record.logprobs = [0.0] * len(episode.ids)
-            if len(episode.ids) + self.config.max_new_tokens > self.config.max_context:
+            if len(episode.ids) + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
                 record.truncated = True
                 self._finish(episode)
         return episode
 
+    def _reply_prefix(self, policy: Policy) -> list[int]:
+        """The ids of `rollout.reply_prefix` for a token policy (none for a text policy)."""
+        prefix = self.config.reply_prefix
+        if not prefix or policy.encoder is None:
+            return []
+        if getattr(policy, "listed_actions_only", False):
+            raise UserError("rollout.reply_prefix and listed_actions_only both shape the replies; use one of them")
+        if self.config.locate_wrong_tokens:
+            raise UserError("rollout.reply_prefix does not work with locating wrong tokens yet (algo.invalid_turn_"
+                            "penalty, algo.right_token_coef, rollout.locate_wrong_tokens)")
+        return policy.encoder.encode_text(prefix)
+
     def _act(self, active: list[_Episode], policy: Policy) -> list[Reply]:
-        replies = policy.act([e.env for e in active], [e.ids for e in active], self.config.max_new_tokens,
+        prefix = self._prefix
+        replies = policy.act([e.env for e in active], [e.ids + prefix for e in active], self.config.max_new_tokens,
                              conversations=[e.record.messages for e in active])
         if policy.encoder is not None:
             for episode, reply in zip(active, replies):
+                if prefix:  # context the reply continues from, not trained: part of the reply's text
+                    self._extend(episode, prefix, [0] * len(prefix), [0.0] * len(prefix))
+                    reply.text = self.config.reply_prefix + reply.text
                 ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)
                 if not reply.finished:
                     # Close the turn so the conversation stays well-formed; not trained on.
@@ -204,7 +223,7 @@ class RolloutEngine:
             return
         if policy.encoder is not None:
             delta = policy.encoder.user_delta(record.messages[:-1], observation)
-            if len(episode.ids) + len(delta) + self.config.max_new_tokens > self.config.max_context:
+            if len(episode.ids) + len(delta) + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
                 record.truncated = True
                 self._finish(episode)
                 return
