@@ -144,7 +144,9 @@ class RolloutConfig:
     kv_cache_mb: Positive = 2048
     """With `max_envs` 0, no more episodes at once than this many MB of KV cache hold at
     `max_context` tokens each: 11 for SmolLM2-135M (46 KB a token in float32) at 4,096 tokens;
-    the tiny model's 4 KB a token never binds."""
+    the tiny model's 4 KB a token never binds. A bound on episodes, not on bytes: the kept
+    cache is as wide as its longest row (up to twice the longest prompt before it is prefilled
+    afresh) and is copied when its rows are selected (docs/BENCHMARKS.md, SmolLM2's memory)."""
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""
