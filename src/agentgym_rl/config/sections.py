@@ -181,7 +181,8 @@ class RolloutConfig:
     """Text every reply of a model policy starts with, given to the model as context and not
     trained (e.g. "Action:"): a small instruct model that does not keep the reply format
     zero-shot then only has to name an action. A run's evaluation uses its run's prefix
-    (`eval --run`); not with `listed_actions_only` or `locate_wrong_tokens`."""
+    (`eval --run`); not with `listed_actions_only` or `locate_wrong_tokens`. Quote it where
+    YAML would read a colon as a mapping: `'rollout.reply_prefix="Action:"'`."""
     workers: NonNegative = 0
     """Ray actors that play an RL run's training rollouts, each with a copy of the model (synced
     after every update) and its own environments (0: the trainer's process plays them;
