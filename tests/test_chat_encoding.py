@@ -165,6 +165,32 @@ def test_encode_conversation_matches_rollout_layout(tiny_tokenizer):
     assert ids == trajectory.input_ids and mask == trajectory.loss_mask
 
 
+@pytest.mark.parametrize(("family", "wrong_eos", "end"), [("qwen2.5", "<|im_start|>", "<|im_end|>"),
+                                                       ("llama3", "<|begin_of_text|>", "<|eot_id|>")])
+def test_the_end_of_turn_comes_from_the_template_when_eos_names_another_token(family, wrong_eos, end):
+    # transformers 5.17 converts SmolLM2's GGUF with eos "<|im_start|>" (seen on the GPU check);
+    # Llama-3 ends its text with one token and its turns with another.
+    tokenizer = make_tokenizer(family)
+    tokenizer.eos_token = wrong_eos
+    encoder = ChatEncoder(tokenizer)
+    assert encoder.end_of_turn == end
+    assert encoder.end_of_turn_id == tokenizer.convert_tokens_to_ids(end)
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert tokenizer.decode(encoder.user_delta(history, "c")).lstrip().startswith(("<|im_start|>user", "<|start_header"))
+
+
+def test_the_end_of_turn_may_be_an_added_token_the_tokenizer_does_not_call_special():
+    # As transformers 5.17 leaves SmolLM2's GGUF tokenizer: only bos/eos/unk are special.
+    from conftest import CORPUS
+
+    tokenizer = train_tokenizer(CORPUS, vocab_size=400)
+    tokenizer.add_tokens(["<|im_start|>", "<|im_end|>"])
+    tokenizer.eos_token = "<|im_start|>"
+    tokenizer.chat_template = QWEN25_TEMPLATE
+    assert tokenizer.convert_tokens_to_ids("<|im_end|>") not in tokenizer.all_special_ids
+    assert ChatEncoder(tokenizer).end_of_turn == "<|im_end|>"
+
+
 def test_template_without_the_end_of_turn_marker_is_a_user_error(tiny_tokenizer):
     from agentgym_rl.errors import UserError
 

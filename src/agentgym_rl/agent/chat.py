@@ -24,15 +24,16 @@ class ChatEncoder:
 
     Args:
         tokenizer: a Hugging Face tokenizer with a `chat_template`.
-        end_of_turn: the token that ends an assistant turn; by default the tokenizer's
-            `eos_token` (Qwen2.5-Instruct: "<|im_end|>", Llama-3-Instruct: "<|eot_id|>").
+        end_of_turn: the token that ends an assistant turn (Qwen2.5-Instruct: "<|im_end|>",
+            Llama-3-Instruct: "<|eot_id|>"); by default the special token the chat template
+            writes right after an assistant message, else the tokenizer's `eos_token`.
     """
 
     def __init__(self, tokenizer: Any, end_of_turn: str | None = None):
         if not getattr(tokenizer, "chat_template", None):
             raise UserError("the tokenizer has no chat_template; use a chat model or set one")
         self.tokenizer = tokenizer
-        self.end_of_turn = end_of_turn or tokenizer.eos_token
+        self.end_of_turn = end_of_turn or _template_end_of_turn(tokenizer) or tokenizer.eos_token
         if self.end_of_turn is None:
             raise UserError("the tokenizer has no eos_token; pass end_of_turn explicitly")
         end_ids = tokenizer.encode(self.end_of_turn, add_special_tokens=False)
@@ -126,3 +127,25 @@ class ChatEncoder:
             else:
                 raise ValueError(f"unexpected {message['role']!r} message after the first reply")
         return ids, mask
+
+
+def _template_end_of_turn(tokenizer: Any) -> str | None:
+    """The special token the chat template writes right after an assistant message, if any.
+
+    A tokenizer's `eos_token` is not always the end of a turn: Llama-3 ends its text with
+    "<|end_of_text|>" and its turns with "<|eot_id|>", and a GGUF file converted by some
+    transformers versions names "<|im_start|>" as SmolLM2's eos. The template says which it is.
+    """
+    probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PLACEHOLDER},
+             {"role": "user", "content": "v"}]
+    try:
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 — a template that rejects this probe: fall back to eos_token
+        return None
+    if _PLACEHOLDER not in text:
+        return None
+    ids = tokenizer.encode(text[text.index(_PLACEHOLDER) + len(_PLACEHOLDER):], add_special_tokens=False)
+    # Added tokens count too: a tokenizer may list only bos/eos/unk as special.
+    if not ids or (ids[0] not in set(tokenizer.all_special_ids) and ids[0] not in tokenizer.added_tokens_decoder):
+        return None
+    return tokenizer.convert_ids_to_tokens(ids[0])

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct trained by GRPO on BabyAI on a GPU, from the instruct model, no SFT
+# (docs/SCALING.md, "The GPU check"): the recipe configs/smollm2_babyai_grpo.yaml, shortened to
+# STEPS steps, validated greedily on the 90 test items before, midway and after.
+#   MODEL   a named model, a .gguf file or a model folder (default smollm2-135m-instruct; the
+#           wheel that holds it is too large to travel to the GPU machines, so give its .gguf)
+#   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
+# The parameters stay float32: at the recipe's learning rate (5e-6) most AdamW updates are
+# smaller than bfloat16's rounding step at the weights' scale and would be lost.
+# Arguments are more overrides of the train command.
+# Run scripts/gpu-check.sh first on the same machine: it installs the dependencies (SITE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+SITE=${SITE:-/tmp/agentgym-rl-site}
+OUT=${OUT:-runs/gpu-check}
+DEVICE=${DEVICE:-cuda}
+MODEL=${MODEL:-smollm2-135m-instruct}
+STEPS=${STEPS:-20}
+[ -d "$SITE" ] && export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" \
+    || export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+CLI=("$PYTHON" -m agentgym_rl.cli)
+
+start=$SECONDS
+FOLDER=$("${CLI[@]}" models prepare "$MODEL")
+echo "== model folder $FOLDER ($((SECONDS - start)) s)"
+every=$(( (STEPS + 2) / 3 ))
+start=$SECONDS
+# Every episode of a group in flight at once: the GPU holds their KV caches easily.
+"${CLI[@]}" train configs/smollm2_babyai_grpo.yaml model.path="$FOLDER" run.device="$DEVICE" \
+    run.output_dir="$OUT" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
+    train.save_every="$STEPS" schedule.every="$every" rollout.max_envs=0 rollout.kv_cache_mb=32768 "$@"
+echo "== trained $STEPS steps in $((SECONDS - start)) s"
