@@ -145,7 +145,7 @@ def test_an_environment_that_raised_is_closed_and_never_reused():
     assert made[1].closed == 1
 
 
-@pytest.mark.parametrize("env_id, items, max_turns", [("babyai", 6, 20), ("textcraft", 6, 20), ("sciworld", 3, 12)])
+@pytest.mark.parametrize("env_id, items, max_turns", [("babyai", 6, 20), ("textcraft", 6, 20), ("sciworld", 2, 12)])
 def test_a_reused_environment_plays_as_a_fresh_one(env_id, items, max_turns):
     """The expert's episodes on one environment reset again and again (sciworld: one JVM) equal
     those on a new environment per episode: a reset leaves nothing of the episode before."""

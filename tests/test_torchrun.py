@@ -1,5 +1,6 @@
 """`agentgym-rl train` under torchrun with 2 processes (gloo, CPU): rank 0 writes the run once,
-every rank trains, the checkpoints load in one process, and a resumed run continues."""
+every rank trains, the checkpoints load in one process, and a run resumes with another number of
+processes and another kind of parallelism (FSDP2 shards, DDP replicas)."""
 
 from __future__ import annotations
 
@@ -23,31 +24,6 @@ def torchrun(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
-@pytest.mark.slow
-def test_a_two_process_run_writes_once_and_resumes(tmp_path):
-    run = [*TINY_RUN, "env.id=babyai", "algo.tasks_per_step=2", "train.validate_every=10", f"run.output_dir={tmp_path}",
-           "run.name=run"]
-    result = torchrun(*run, "train.steps=2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    run_dir = tmp_path / "run"
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2]  # one line per step: only rank 0 logs
-    assert result.stdout.count("run folder:") == 1
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    # Both ranks' episodes reach the advantages: 2 tasks x 2 samples, one task played on each rank,
-    # in two groups (each rank's first task is not the same group).
-    assert all(row["train/errors"] == 0 and row["adv/num_groups"] == 2 for row in rows[1:])
-    assert len((run_dir / "trajectories" / "step_000001.jsonl").read_text().splitlines()) == 4
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000000", "step_000001", "step_000002"]
-    model, _ = load_model_and_tokenizer(run_dir / "checkpoints" / "step_000002" / "model")
-    assert model.config.hidden_size == 32
-
-    resumed = torchrun(*run, "train.steps=3", "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 3] and "resumed from" in resumed.stdout
-
-
 def test_too_few_tasks_for_the_ranks_is_a_user_error(tmp_path):
     result = torchrun(*TINY_RUN, "algo.tasks_per_step=1", f"run.output_dir={tmp_path}")
     assert result.returncode != 0
@@ -55,29 +31,39 @@ def test_too_few_tasks_for_the_ranks_is_a_user_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_sharded_run_trains_and_its_checkpoint_resumes_in_one_process(tmp_path):
-    # An invalid-action penalty gives the tiny, still unskilled policy rewards to learn from.
-    run = [*TINY_RUN, "env.id=babyai", "algo.name=ppo", "run.parallel=fsdp", "env.invalid_action_penalty=0.1",
-           "train.validate_every=10", f"run.output_dir={tmp_path}", "run.name=run"]
-    result = torchrun(*run, "train.steps=2")
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_two_processes_write_the_run_once_and_it_resumes_across_process_counts_and_sharding(tmp_path):
+    # PPO (the value head and its optimizer state travel too); an invalid-action penalty gives the
+    # tiny, still unskilled policy rewards to learn from.
+    run = [*TINY_RUN, "env.id=babyai", "algo.name=ppo", "env.invalid_action_penalty=0.1", "train.validate_every=10",
+           f"run.output_dir={tmp_path}", "run.name=run"]
     run_dir = tmp_path / "run"
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [0, 1, 2]
-    assert all(row["update/trajectories"] > 0 and row["update/grad_norm"] > 0 for row in rows[1:])
-    # The checkpoint holds whole tensors (gathered from the shards) and the critic's optimizer state.
+
+    def rows() -> list[dict]:
+        return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+    # 2 ranks, the learner sharded by FSDP2.
+    result = torchrun(*run, "run.parallel=fsdp", "train.steps=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [row["step"] for row in rows()] == [0, 1, 2]  # one line per step: only rank 0 logs
+    assert result.stdout.count("run folder:") == 1
+    # Both ranks' episodes reach the update: 2 tasks x 2 samples, one task played on each rank.
+    assert all(row["train/errors"] == 0 and row["update/trajectories"] == 4 and row["update/grad_norm"] > 0
+               for row in rows()[1:])
+    assert len((run_dir / "trajectories" / "step_000001.jsonl").read_text().splitlines()) == 4
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000000", "step_000001", "step_000002"]
+    # The checkpoint holds whole tensors, gathered from the shards.
     model, _ = load_model_and_tokenizer(run_dir / "checkpoints" / "step_000002" / "model")
     assert model.config.hidden_size == 32
-    # One process continues the 2-rank run from its checkpoint (PPO: the value head comes back too).
+
+    # One process continues the 2-rank run from its checkpoint.
     one_process = [sys.executable, "-m", "agentgym_rl.cli", "train", str(REPO / "configs" / "babyai_grpo.yaml")]
-    resumed = subprocess.run([*one_process, *run, "train.steps=3", "--resume"], capture_output=True, text=True,
-                             timeout=600, cwd=REPO)
+    resumed = subprocess.run([*one_process, *run, "run.parallel=fsdp", "train.steps=3", "--resume"],
+                             capture_output=True, text=True, timeout=600, cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 3]
-    # And 2 ranks continue the 1-process run: the optimizer state is sharded anew.
-    again = torchrun(*run, "train.steps=4", "--resume")
+    assert "resumed from" in resumed.stdout and [row["step"] for row in rows()] == [0, 1, 2, 3]
+
+    # And 2 replicated (DDP) ranks continue the 1-process run: its optimizer state is split anew.
+    again = torchrun(*run, "run.parallel=ddp", "train.steps=4", "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [row["step"] for row in rows] == [0, 1, 2, 3, 4] and rows[-1]["update/grad_norm"] > 0
+    assert "resumed from" in again.stdout and again.stdout.count("run folder:") == 1
+    assert [row["step"] for row in rows()] == [0, 1, 2, 3, 4] and rows()[-1]["update/grad_norm"] > 0
