@@ -20,6 +20,15 @@ def tiny_tokenizer():
     return train_tokenizer(CORPUS, vocab_size=400)
 
 
+@pytest.fixture(scope="session")
+def ray_instance():
+    """One local Ray instance for every test that uses Ray in this process (starting one takes
+    ~7 s): the first `ray:local` joins it, commands run in process (`test_cli.run`) reuse it."""
+    ray = pytest.importorskip("ray")
+    yield ray
+    ray.shutdown()
+
+
 class CounterEnv(TextEnv):
     """A toy game: say "count" 1-3 times (by item) to win; anything else is invalid.
 

@@ -5,11 +5,10 @@ arguments or addresses are one-line errors."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
+from test_cli import run
 
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
@@ -24,10 +23,8 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def on_ray():
-    factory = registry.env_factory("babyai", {}, ["ray:local?cpus=0.25"], timeout=60)
-    yield factory
-    ray.shutdown()
+def on_ray(ray_instance):
+    return registry.env_factory("babyai", {}, ["ray:local?cpus=0.25"], timeout=60)
 
 
 @pytest.mark.parametrize("url, parsed", [
@@ -93,11 +90,11 @@ def test_bad_environment_arguments_are_a_user_error(on_ray):
         registry.env_factory("babyai", {}, ["ray:local", "http://127.0.0.1:1"])
 
 
-def test_eval_on_ray_through_the_cli(tmp_path):
+def test_eval_on_ray_through_the_cli(tmp_path, ray_instance):
     out = tmp_path / "summary.json"
-    result = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", "eval", "--env", "babyai", "--policy", "expert",
-                             "--episodes", "4", "--json", str(out), "env.urls=[ray:local]"],
-                            capture_output=True, text=True, timeout=300)
+    # In this process, so that it joins the session's Ray instance.
+    result = run("eval", "--env", "babyai", "--policy", "expert", "--episodes", "4", "--json", str(out),
+                 "env.urls=[ray:local]")
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(out.read_text())
     assert summary["episodes"] == 4 and summary["success"] == 1.0 and summary["errors"] == 0

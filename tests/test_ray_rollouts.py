@@ -5,12 +5,11 @@ change what the workers play, and a training run through the CLI uses them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_cli import run
 from test_env_e2e import TINY_RUN
 
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
@@ -40,12 +39,11 @@ def varied_model(tokenizer, seed: int):
 
 
 @pytest.fixture(scope="module")
-def workers(tiny_tokenizer):
+def workers(tiny_tokenizer, ray_instance):
     pool = RayRollouts(2, "ray:local?cpus=0.5", varied_model(tiny_tokenizer, 0), tiny_tokenizer, ENV, ROLLOUT,
                        temperature=0.0)
     yield pool
     pool.close()
-    ray.shutdown()
 
 
 def in_process(model, tokenizer, tasks, temperature=0.0):
@@ -85,7 +83,7 @@ def test_synced_weights_reach_the_workers(workers, tiny_tokenizer):
     workers.sync_weights(varied_model(tiny_tokenizer, 0))  # as the other tests expect
 
 
-def test_sampled_rollouts_repeat_with_the_same_seed(tiny_tokenizer):
+def test_sampled_rollouts_repeat_with_the_same_seed(tiny_tokenizer, ray_instance):
     pool = RayRollouts(2, "ray:local?cpus=0.5", varied_model(tiny_tokenizer, 0), tiny_tokenizer, ENV, ROLLOUT,
                        temperature=1.0)
     try:
@@ -97,20 +95,20 @@ def test_sampled_rollouts_repeat_with_the_same_seed(tiny_tokenizer):
         pool.close()
 
 
-def test_a_worker_that_cannot_start_says_why(tiny_tokenizer):
+def test_a_worker_that_cannot_start_says_why(tiny_tokenizer, ray_instance):
     bad_env = {**ENV, "id": "no-such-env"}
     with pytest.raises(RolloutWorkerError, match="no-such-env"):
         RayRollouts(1, "ray:local?cpus=0.5", varied_model(tiny_tokenizer, 0), tiny_tokenizer, bad_env, ROLLOUT, 0.0)
 
 
 def train(tmp_path, *overrides):
-    command = [sys.executable, "-m", "agentgym_rl.cli", "train", str(REPO / "configs" / "babyai_grpo.yaml"), *TINY_RUN,
-               "env.id=babyai", f"run.output_dir={tmp_path}", "run.name=run", *overrides]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    """The train command in this process, so that it joins the session's Ray instance."""
+    return run("train", str(REPO / "configs" / "babyai_grpo.yaml"), *TINY_RUN, "env.id=babyai",
+               f"run.output_dir={tmp_path}", "run.name=run", *overrides)
 
 
 @pytest.mark.slow
-def test_a_training_run_plays_its_rollouts_in_workers(tmp_path):
+def test_a_training_run_plays_its_rollouts_in_workers(tmp_path, ray_instance):
     # PPO: its critic (0 at first) gives the tiny policy advantages even when every reward ties.
     result = train(tmp_path, "rollout.workers=2", "rollout.workers_address=ray:local?cpus=0.5", "train.steps=2",
                    "algo.name=ppo", "env.invalid_action_penalty=0.1")
