@@ -6,7 +6,8 @@ import json
 
 import pytest
 from test_cli import run
-from test_train_e2e import REPO, TINY
+from test_env_e2e import TINY_RUN
+from test_train_e2e import REPO
 
 from agentgym_rl.eval.compare import format_comparison, summarize_runs
 
@@ -35,7 +36,7 @@ def test_summary_over_seeds(tmp_path):
 def test_compare_command_trains_each_config_and_seed_once(tmp_path):
     args = ["compare", str(REPO / "configs" / "babyai_grpo.yaml"), str(REPO / "configs" / "babyai_rloo.yaml"),
             "--seeds", "0,1", "--out", str(tmp_path)]
-    for override in [*TINY, "train.steps=1", "train.validate_every=1", "train.save_every=1"]:
+    for override in [*TINY_RUN, "train.steps=1", "train.validate_every=1"]:
         args += ["--set", override]
     result = run(*args)
     assert result.returncode == 0, result.stderr[-3000:]
