@@ -12,6 +12,7 @@ from ..config import PlayConfig, RolloutConfig
 from ..rollout.engine import RolloutEngine
 from ..rollout.policy import ModelPolicy, model_policy
 from ..rollout.trajectory import Trajectory
+from ..agent.allocator import set_mmap_threshold
 from ..agent.models import NAMED_MODELS, is_model_reference, model_folder
 from .metrics import summarize
 from .policies import RandomPolicy
@@ -158,6 +159,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
 
 def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None) -> tuple[dict, list[Trajectory]]:
     """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run)."""
+    set_mmap_threshold(config.run.malloc_mmap_threshold_kb)
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
