@@ -1,4 +1,4 @@
-"""Soak: 3,000 BabyAI episodes through `agentgym-rl serve-env`, each on an instance created
+"""Soak: 2,000 BabyAI episodes through `agentgym-rl serve-env`, each on an instance created
 for it and closed after, from 8 client threads. The server's resident memory may grow less
 than 10% from after the warm-up to the end, and no instance may outlive its episode."""
 
@@ -15,8 +15,8 @@ from test_server import free_port, wait_until_healthy
 
 from agentgym_rl.envs.remote import EnvServer, HttpEnv
 
-EPISODES = 3_000
-WARMUP = 1_000
+EPISODES = 2_000
+WARMUP = 500
 THREADS = 8
 MOVES = ("turn left", "move forward", "toggle")
 

@@ -22,12 +22,13 @@ M_MMAP_THRESHOLD = -3
 @cache
 def _mallopt() -> ctypes._CFuncPtr | None:
     name = ctypes.util.find_library("c")
+    if not name:
+        return None
     try:
-        function = ctypes.CDLL(name).mallopt if name else None
+        function = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to set
         return None
-    if function is not None:
-        function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    function.argtypes, function.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return function
 
 

@@ -64,10 +64,7 @@ class ChatEncoder:
         """
         if not history or history[-1]["role"] != "assistant":
             raise ValueError("history must end with the assistant turn")
-        probe = [*history[:-1], {"role": "assistant", "content": _PLACEHOLDER},
-                 {"role": "user", "content": user_message}]
-        text = self.render(probe, add_generation_prompt=True)
-        after = text[text.index(_PLACEHOLDER) + len(_PLACEHOLDER):]
+        after = _after_a_reply(self.tokenizer, history[:-1], user_message)
         if not after.startswith(self.end_of_turn):
             raise UserError(
                 f"the chat template does not end assistant turns with {self.end_of_turn!r}; "
@@ -129,6 +126,14 @@ class ChatEncoder:
         return ids, mask
 
 
+def _after_a_reply(tokenizer: Any, before: list[Message], user_message: str) -> str:
+    """The template's text between an assistant reply (after `before`) and the generation
+    prompt that follows `user_message`: found by rendering a placeholder reply and cutting."""
+    probe = [*before, {"role": "assistant", "content": _PLACEHOLDER}, {"role": "user", "content": user_message}]
+    text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    return text[text.index(_PLACEHOLDER) + len(_PLACEHOLDER):]
+
+
 def _template_end_of_turn(tokenizer: Any) -> str | None:
     """The special token the chat template writes right after an assistant message, if any.
 
@@ -136,16 +141,12 @@ def _template_end_of_turn(tokenizer: Any) -> str | None:
     "<|end_of_text|>" and its turns with "<|eot_id|>", and a GGUF file converted by some
     transformers versions names "<|im_start|>" as SmolLM2's eos. The template says which it is.
     """
-    probe = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _PLACEHOLDER},
-             {"role": "user", "content": "v"}]
     try:
-        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+        after = _after_a_reply(tokenizer, [{"role": "user", "content": "u"}], "v")
     except Exception:  # noqa: BLE001 — a template that rejects this probe: fall back to eos_token
         return None
-    if _PLACEHOLDER not in text:
-        return None
-    ids = tokenizer.encode(text[text.index(_PLACEHOLDER) + len(_PLACEHOLDER):], add_special_tokens=False)
+    ids = tokenizer.encode(after, add_special_tokens=False)
     # Added tokens count too: a tokenizer may list only bos/eos/unk as special.
-    if not ids or (ids[0] not in set(tokenizer.all_special_ids) and ids[0] not in tokenizer.added_tokens_decoder):
+    if not ids or (ids[0] not in tokenizer.all_special_ids and ids[0] not in tokenizer.added_tokens_decoder):
         return None
     return tokenizer.convert_ids_to_tokens(ids[0])

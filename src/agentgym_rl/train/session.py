@@ -17,8 +17,8 @@ from typing import Any, Callable
 import torch
 from tqdm import tqdm
 
-from ..agent.loading import load_model_and_tokenizer, resolve_device
 from ..agent.allocator import set_mmap_threshold
+from ..agent.loading import load_model_and_tokenizer, resolve_device
 from ..agent.models import NAMED_MODELS, is_model_reference
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
