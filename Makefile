@@ -32,14 +32,19 @@ demo: $(VENV)/.installed
 system-packages:
 	bash scripts/system-packages.sh
 
-# lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md).
+# lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md). The tests run
+# on one pytest-xdist worker per core, a module's tests (and all of Ray's) on one worker, the
+# modules with slow tests first (tests/conftest.py).
+TEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q --durations=20
+	$(PYTEST) --durations=20
 
 test-fast: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # vLLM's CPU build, in an environment of its own: it pins transformers, and the torchvision,
 # torchaudio and torchcodec builds it pulls do not import beside the CPU torch (they are removed).

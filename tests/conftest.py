@@ -2,17 +2,45 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from agentgym_rl.agent.generator import Generation
 from agentgym_rl.agent.tiny import train_tokenizer
 from agentgym_rl.envs.base import EnvStateError, TextEnv
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one pytest-xdist worker per core: torch on two threads in each made a
+    # small model's steps up to 8x slower (every operation waits for a thread the other worker
+    # holds). One thread each, in the commands the tests start too.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 CORPUS = [
     "Your goal: go to the red ball. You see a red ball 1 and a grey key 2 steps in front of you.",
     "Thought: I should go to the ball.\nAction: go to red ball 1",
     "You completed the mission. Counter value is 3. Nothing happens. Available actions: look, count",
 ] * 20
+
+
+def _xdist_group(item) -> str:
+    """The tests one pytest-xdist worker runs together: a module's (its module fixtures start
+    once), and every Ray test (one Ray instance, `ray_instance`, per worker)."""
+    return "ray" if "ray_instance" in item.fixturenames else item.module.__name__
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
+def pytest_collection_modifyitems(config, items):
+    """With `--dist loadgroup` (`make test`), groups run whole on one worker, the groups that
+    hold a slow test first: a long group handed out last would leave the other worker idle."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
+    slow = {_xdist_group(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _xdist_group(item) not in slow)  # stable: collection order otherwise
 
 
 @pytest.fixture(scope="session")

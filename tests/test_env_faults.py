@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 class FaultyEnv(CounterEnv):
     """The counter game, with an injected fault on 20% of its items: index % 10 == 0 raises at
-    its first step, index % 10 == 5 hangs for 3 s there (past a 1 s client timeout). Index
+    its first step, index % 10 == 5 hangs for 5 s there (past a 2 s client timeout). Index
     % 10 == 7 marks that step's observation GARBLE, for a server to answer garbage (see
     `garbling`)."""
 
@@ -40,7 +40,7 @@ class FaultyEnv(CounterEnv):
         if self.count == 0 and self.index % 10 == 0:
             raise RuntimeError("injected fault")
         if self.count == 0 and self.index % 10 == 5:
-            time.sleep(3)
+            time.sleep(5)
         if self.count == 0 and self.index % 10 == 7:
             observation, *rest = super().step(action)
             return ("GARBLE " + observation, *rest)
@@ -102,7 +102,7 @@ def test_a_training_step_with_20_percent_failing_episodes_completes_and_counts_t
 def test_a_hanging_or_raising_env_behind_a_server_fails_only_its_episodes(faulty_registered):
     tasks = faulty_tasks("train")[:6]  # items 0 (raises) and 5 (hangs), 1..4 fine
     with serving("faulty") as url:
-        engine = RolloutEngine(lambda: HttpEnv(url, timeout=1.0), RolloutConfig())
+        engine = RolloutEngine(lambda: HttpEnv(url, timeout=2.0), RolloutConfig())
         trajectories = engine.run(tasks, Counting(), max_turns=3)
     by_item = {t.item_id: t for t in trajectories}
     assert "injected fault" in by_item["faulty_0"].error  # the server's 500, as the client saw it
@@ -161,7 +161,7 @@ def test_a_training_step_through_servers_survives_raising_hanging_and_garbled_en
     answered with garbage: the step completes and counts every failed episode."""
     with serving("faulty", wrap=garbling) as url:
         config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-            "env.id=faulty", "env.kwargs={}", f"env.urls=[{url}]", "env.server_timeout=1", f"run.output_dir={tmp_path}",
+            "env.id=faulty", "env.kwargs={}", f"env.urls=[{url}]", "env.server_timeout=2", f"run.output_dir={tmp_path}",
             "run.name=served", "warmup.episodes=0", "model.corpus_episodes=6", "model.tiny.hidden_size=32",
             "model.tiny.num_layers=1", "model.tiny.num_heads=2", "model.tiny.num_kv_heads=1",
             "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320", "algo.tasks_per_step=10",
