@@ -83,7 +83,7 @@ def main() -> None:
         start = time.perf_counter()
         cold.warm(runs)
         indexing = time.perf_counter() - start
-        client = TestClient(create_app(runs))  # indexes again, in its background thread
+        client = TestClient(create_app(runs, allowed_hosts=["testserver"]))  # indexes again, in its background thread
 
         def get(path: str, **params) -> dict:
             response = client.get(path, params=params)

@@ -158,3 +158,96 @@ def test_a_generator_with_its_own_model_copy_is_kept_in_sync(tmp_path, counter_e
         assert model is not trainer.learner.model
         for name, param in model.named_parameters():
             assert torch.equal(param, learner[name]), name
+
+
+# ------------------------------------------------------------- damaged runs: no traceback
+
+
+def test_a_cut_off_metrics_line_is_skipped_by_resume_and_report(tmp_path, counter_env_registered, capsys):
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    metrics = tmp_path / "toy" / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 2, "train/succ')  # killed mid-write
+    RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit(resume=True)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1, 2]
+    assert "ends in an unfinished line" in capsys.readouterr().err
+    metrics.write_text(metrics.read_text() + '{"step": 3, "tr')
+    result = run("report", str(tmp_path / "toy"))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "ends in an unfinished line" in result.stderr
+
+
+def test_eval_of_a_run_passes_over_a_half_written_checkpoint(tmp_path, counter_env_registered):
+    RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
+    weights = tmp_path / "toy" / "checkpoints" / "step_000002" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+    result = run("eval", "--run", str(tmp_path / "toy"), "--episodes", "2", "--max-turns", "2")
+    assert result.returncode == 0, result.stderr
+    assert "warning: checkpoint" in result.stderr and "step_000002 cannot be loaded" in result.stderr
+
+
+@pytest.mark.parametrize("damage", ["config.json", "model.safetensors"])
+def test_a_model_folder_that_does_not_load_is_one_line_before_any_run_folder(tmp_path, counter_env_registered,
+                                                                              damage):
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    model = tmp_path / "toy" / "checkpoints" / "step_000001" / "model"
+    (model / damage).write_bytes(b"{not JSON, nor safetensors")
+    result = run("train", str(REPO / "configs" / "babyai_grpo.yaml"), *TOY, f"run.output_dir={tmp_path}",
+                 "run.name=from_damaged", f"model.path={model}", "train.steps=1")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and lines[-1].startswith("error: model path") and "does not load" in lines[-1]
+    assert "Traceback" not in result.stderr and not (tmp_path / "from_damaged").exists()
+    served = run("serve-model", str(model), "--port", "0")
+    assert served.returncode == 2 and "does not load" in served.stderr and "Traceback" not in served.stderr
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_it_resumes(tmp_path, counter_env_registered, monkeypatch):
+    import errno
+
+    from agentgym_rl.train import rl
+
+    written = rl.save_trajectories
+
+    def full_at_step_2(trajectories, path):
+        if Path(path).name == "step_000002.jsonl":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return written(trajectories, path)
+
+    monkeypatch.setattr(rl, "save_trajectories", full_at_step_2)
+    with pytest.raises(UserError) as caught:
+        RLTrainer(toy_config(tmp_path, "train.steps=3"), log=lambda _: None).fit()
+    message = str(caught.value)
+    assert "No space left on device" in message and "newest checkpoint is step_000001" in message
+    assert "--resume" in message and "\n" not in message
+    monkeypatch.setattr(rl, "save_trajectories", written)
+    RLTrainer(toy_config(tmp_path, "train.steps=3"), log=lambda _: None).fit(resume=True)
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+
+
+def test_resuming_on_a_read_only_disk_says_so_and_blames_no_checkpoint(tmp_path, counter_env_registered,
+                                                                        monkeypatch):
+    import builtins
+    import errno
+    import io
+
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    opened = io.open
+
+    def read_only(file, mode="r", *args, **kwargs):  # root ignores chmod: the disk refuses instead
+        if any(flag in mode for flag in "wax+") and str(file).startswith(str(tmp_path)):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return opened(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", read_only)
+    monkeypatch.setattr(builtins, "open", read_only)
+    with pytest.raises(UserError, match=r"cannot resume .*toy'?: its folder cannot be written \(Read-only file "
+                                        r"system\)") as caught:
+        RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit(resume=True)
+    assert "checkpoint" not in str(caught.value)
+
+
+def test_sft_on_an_empty_data_file_says_it_is_empty(tmp_path):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+    result = run("sft", str(REPO / "configs" / "babyai_sft.yaml"), f"data.path={data}", f"run.output_dir={tmp_path}")
+    assert result.returncode == 2 and "holds no conversation (it is empty)" in result.stderr, result.stderr

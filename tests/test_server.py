@@ -90,11 +90,11 @@ def test_http_episodes_equal_in_process_episodes(babyai_url):
         local = engine.run(tasks, EnvExpert(), 20, samples=2)
     with RolloutEngine(registry.env_factory("babyai", urls=[babyai_url]), RolloutConfig(max_envs=3)) as engine:
         remote = engine.run(tasks, EnvExpert(), 20, samples=2)
-        assert httpx.get(f"{babyai_url}/health").json()["instances"] == 3  # kept for the next episodes
+        assert httpx.get(f"{babyai_url}/v1/status").json()["instances"] == 3  # kept for the next episodes
     assert [t.messages for t in remote] == [t.messages for t in local]
     assert [t.turn_rewards for t in remote] == [t.turn_rewards for t in local]
     assert all(t.success and t.error is None for t in remote)
-    assert httpx.get(f"{babyai_url}/health").json()["instances"] == 0  # closing the engine closed them
+    assert httpx.get(f"{babyai_url}/v1/status").json()["instances"] == 0  # closing the engine closed them
 
 
 def test_the_server_answers_mistakes_with_their_status(babyai_url):
@@ -172,7 +172,7 @@ def test_rl_trains_on_environment_servers(tmp_path, counter_env_registered):
     with serving("counter") as first, serving("counter") as second:
         config = load_config(RLConfig, configs / "babyai_grpo.yaml", [*toy, f"env.urls=[{first}, {second}]"])
         RLTrainer(config, log=lambda _: None).fit()
-        assert httpx.get(f"{first}/health").json()["instances"] == 0
+        assert httpx.get(f"{first}/v1/status").json()["instances"] == 0
         with pytest.raises(UserError, match="serves 'counter', not 'babyai'"):
             RLTrainer(load_config(RLConfig, configs / "babyai_grpo.yaml", ["env.kwargs={}", f"env.urls=[{first}]"]))
         with pytest.raises(UserError, match="start them with `agentgym-rl serve-env ... --env-arg"):
@@ -326,7 +326,7 @@ def test_agentgym_protocol_client_plays_as_the_in_process_env(env_id, item):
                                                                   "invalid_action": True})
         remote.close()
         local.close()
-        assert httpx.get(f"{url}/health").json()["instances"] == 0
+        assert httpx.get(f"{url}/v1/status").json()["instances"] == 0
         other = "textcraft" if env_id == "babyai" else "babyai"
         with pytest.raises(UserError, match="does not answer as AgentGym's"):
             registry.env_factory(other, urls=[f"agentgym+{url}"])

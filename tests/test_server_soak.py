@@ -56,7 +56,7 @@ def test_thousands_of_episodes_leak_neither_memory_nor_instances():
             after_warmup = resident_kib(process.pid)
             list(pool.map(lambda e: play(server, e), range(WARMUP, EPISODES)))
         at_end = resident_kib(process.pid)
-        assert httpx.get(f"{url}/health").json()["instances"] == 0
+        assert httpx.get(f"{url}/v1/status").json()["instances"] == 0
         growth = at_end / after_warmup - 1
         assert growth < 0.10, f"resident memory grew {growth:.1%} ({after_warmup} -> {at_end} KiB)"
         server.close()

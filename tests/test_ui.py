@@ -47,7 +47,7 @@ def runs_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(runs_dir):
-    return TestClient(create_app(runs_dir))
+    return TestClient(create_app(runs_dir, allowed_hosts=["testserver"]))
 
 
 # ------------------------------------------------------------------ the index, by hand

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -238,6 +238,27 @@ def bench_agent(
         raise typer.Exit(1)
 
 
+def _serve(server_app: Any, host: str, port: int) -> None:
+    """Run `server_app` with uvicorn on a socket bound here first, so that an address in use or
+    not permitted is the usual one-line error rather than uvicorn's log and exit code."""
+    import socket
+
+    import uvicorn
+
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, port))
+    except (OSError, OverflowError) as error:
+        raise UserError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
+    # On SIGTERM uvicorn waits this long for requests in flight, then cancels them and shuts
+    # the app down (serve-model then stops its generations).
+    config = uvicorn.Config(server_app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+    server = uvicorn.Server(config)
+    server.run(sockets=[listener])
+
+
 @app.command("serve-env")
 def serve_env(
     env: str = typer.Argument(..., help="Environment id (see `agentgym-rl envs`)."),
@@ -245,22 +266,19 @@ def serve_env(
                              "--token to serve other machines)."),
     port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on (0: any free one)."),
     token: Optional[str] = typer.Option(None, envvar="AGENTGYM_RL_ENV_TOKEN", help="Bearer token every request "
-                                        "must carry (also read from AGENTGYM_RL_ENV_TOKEN)."),
+                                        "but GET /health must carry (also read from AGENTGYM_RL_ENV_TOKEN)."),
     max_instances: int = typer.Option(256, min=1, help="Most environment instances alive at once."),
     idle_seconds: float = typer.Option(3600.0, min=1.0, help="Close instances unused this long."),
     env_arg: Optional[List[str]] = ENV_ARG,
 ) -> None:
     """Serve an environment over HTTP (the uniform API of `agentgym_rl.server.app`; docs at /docs)."""
-    import uvicorn
-
     from .config import apply_override
     from .server.app import create_app
 
     kwargs: dict = {}
     for item in env_arg or []:
         apply_override(kwargs, item)
-    uvicorn.run(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds),
-                host=host, port=port, log_level="warning", access_log=False)
+    _serve(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds), host, port)
 
 
 @app.command("serve-retriever")
@@ -276,8 +294,6 @@ def serve_retriever(
 ) -> None:
     """Serve retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs).
     A corpus file's BM25 index is kept in ~/.cache/agentgym-rl, one per file content."""
-    import uvicorn
-
     from .envs.search.env import local_retriever
     from .server.retriever import create_retriever_app
 
@@ -287,8 +303,7 @@ def serve_retriever(
         index = local_retriever(str(corpus) if corpus else (1000, 0), retriever, encoder)
     except ValueError as error:
         raise UserError(str(error)) from None
-    uvicorn.run(create_retriever_app(index, len(index.docs), topk), host=host, port=port,
-                log_level="warning", access_log=False)
+    _serve(create_retriever_app(index, len(index.docs), topk), host, port)
 
 
 @app.command("serve-model")
@@ -297,14 +312,13 @@ def serve_model(
                                       "Hugging Face chat model), a named model or a .gguf file."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8000, min=0, max=65535, help="Port to listen on."),
-    token: Optional[str] = typer.Option(None, help="Require `Authorization: Bearer TOKEN` on every /v1 call."),
+    token: Optional[str] = typer.Option(None, help="Require `Authorization: Bearer TOKEN` on every call but "
+                                        "/health."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     device: str = typer.Option("cpu", help="cpu, cuda, or auto (CUDA when torch sees a GPU)."),
 ) -> None:
     """Serve a model with OpenAI's API: /v1/completions (token ids in and out, for exact
     rollouts: eval with rollout.generator_url=http://HOST:PORT/v1) and /v1/chat/completions."""
-    import uvicorn
-
     from .agent.loading import load_model_and_tokenizer, resolve_device
     from .server.model_server import create_model_app, model_name
 
@@ -315,8 +329,7 @@ def serve_model(
     target = resolve_device(device)
     model, tokenizer = load_model_and_tokenizer(checkpoint, dtype)
     model = model.to(target)
-    uvicorn.run(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token), host=host, port=port,
-                log_level="warning", access_log=False)
+    _serve(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token), host, port)
 
 
 @app.command()
@@ -325,17 +338,23 @@ def view(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default: the viewer has no "
                              "authentication)."),
     port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
+    allow_host: Optional[List[str]] = typer.Option(None, help="A host name requests may address the viewer by, "
+                                                   "besides localhost, 127.0.0.1 and --host (repeatable)."),
+    allow_url: Optional[List[str]] = typer.Option(None, help="A server off this machine the playground may use "
+                                                  "(an env server or model API, e.g. http://gpu-box:8000; "
+                                                  "repeatable)."),
 ) -> None:
     """Browse runs in a web browser: curves, trajectories turn by turn and token by token, and a
     playground to play environments by hand or with a run's model."""
-    import uvicorn
-
+    from .http_guards import LOOPBACK_HOSTS
     from .ui.app import create_app
 
     if not runs_dir.is_dir():
         raise UserError(f"no runs folder {str(runs_dir)!r} (train something first, or pass the folder)")
+    hosts = [*LOOPBACK_HOSTS, host, *(allow_host or [])]
+    server_app = create_app(runs_dir, allowed_hosts=hosts, allowed_urls=allow_url or [])
     typer.echo(f"viewing {runs_dir.resolve()} at http://{host}:{port}/  (Ctrl-C stops)")
-    uvicorn.run(create_app(runs_dir), host=host, port=port, log_level="warning", access_log=False)
+    _serve(server_app, host, port)
 
 
 @app.command()

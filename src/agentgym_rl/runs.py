@@ -20,15 +20,20 @@ imports a trainer.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from .config import PLAYED_SECTIONS, load_yaml, to_dict
 from .errors import UserError
+from .agent.loading import model_damage
+from .jsonlines import read_json_lines
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
@@ -64,6 +69,33 @@ def write_config(run_dir: str | Path, config: Any) -> None:
                         f"checkpoints, trajectories and logs: free at least {MIN_FREE_BYTES / 2**20:.0f} MiB")
 
 
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+"""What writing a run meets when its disk is full, over quota or read-only."""
+
+
+def check_writable(run_dir: Path, doing: str) -> None:
+    """A `UserError` saying so when `run_dir` cannot be written (before any work that would)."""
+    probe = run_dir / f".write-check-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise UserError(f"cannot {doing} {str(run_dir)!r}: its folder cannot be written ({error.strerror or error}); "
+                        "make it writable (or free space on its disk) and try again") from None
+
+
+def disk_stop(run_dir: Path, error: OSError, resume_hint: str) -> UserError:
+    """The one line a run stopped by its disk ends with: what failed, what is saved, how to go on."""
+    checkpoint = latest_checkpoint(run_dir)
+    saved = (f"its newest checkpoint is {checkpoint.name}" if checkpoint is not None else "no checkpoint was saved")
+    return UserError(f"the run stopped: writing {error.filename or 'the run folder'} failed ({error.strerror or error}); "
+                     f"{saved}; free space on the disk (or make it writable), then {resume_hint}")
+
+
 def played_settings(run_dir: str | Path) -> dict[str, Any]:
     """The sections of a run's config that say how its policy saw and played the environment
     (env, rollout, eval) and its seed, as plain data: the base of `eval --run`."""
@@ -91,15 +123,21 @@ def run_of(model_dir: str | Path) -> Path | None:
     return None
 
 
-def latest_model(run_dir: str | Path) -> Path:
+def latest_model(run_dir: str | Path, log: Callable[[str], object] = _stderr) -> Path:
     """The model folder of a run's newest checkpoint: `final/` (SFT, DPO), else the highest
-    `step_N/` (RL) or `round_N/` (RFT)."""
+    `step_N/` (RL) or `round_N/` (RFT). A damaged one (a write cut short) is passed over with a
+    warning for the one before it, as `train --resume` does."""
     folder = Path(run_dir) / "checkpoints"
     found = ([folder / "final"] if (folder / "final" / "model").is_dir() else
              checkpoints(run_dir) or checkpoints(run_dir, "round_"))
     if not found:
         raise UserError(f"run folder {str(run_dir)!r} has no checkpoint yet")
-    return found[-1] / "model"
+    for checkpoint in reversed(found):
+        damage = model_damage(checkpoint / "model")
+        if damage is None:
+            return checkpoint / "model"
+        log(f"warning: checkpoint {checkpoint} cannot be loaded ({damage}); trying the one before")
+    raise UserError(f"none of the {len(found)} checkpoints of {str(run_dir)!r} loads")
 
 
 def checkpoints(run_dir: str | Path, prefix: str = "step_") -> list[Path]:
@@ -147,9 +185,8 @@ class MetricsLogger:
         """Drop lines logged after `step` (a resumed run re-logs them)."""
         if not self.path.exists():
             return
-        lines = [line for line in self.path.read_text().splitlines() if line.strip()]
-        kept = [line for line in lines if json.loads(line)["step"] <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [row for row in read_json_lines(self.path) if row["step"] <= step]  # a cut-off last line goes too
+        self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
 
     def close(self) -> None:
         if self.writer is not None:
@@ -173,4 +210,4 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / METRICS
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_json_lines(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from .constrained import AllowedReplies
 from .threads import StepTimer, shared_chooser
@@ -115,14 +115,18 @@ class HFGenerator:
             own count and 1 by timing decoding steps (`agent.threads`: 1 wins on a busy
             machine); N pins N, for runs that must repeat bit for bit. The count in force before
             a call is restored after it. Ignored on a GPU.
+        stop_when: asked after every decoding step; when it answers True the call ends there,
+            its unfinished replies returned as cut off (a server's time limit or shutdown).
     """
 
     restricts_replies = True
     """`generate` takes `allowed`: each reply restricted to given token sequences."""
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
-                 batch_size: int = 128, reuse_cache: bool = True, threads: int = 0):
+                 batch_size: int = 128, reuse_cache: bool = True, threads: int = 0,
+                 stop_when: Callable[[], bool] | None = None):
         self.model = model
+        self.stop_when = stop_when
         self.pad_id = pad_id
         self.stop_ids = list(stop_ids)
         self.temperature = temperature
@@ -292,7 +296,8 @@ class HFGenerator:
                     head_columns += columns
                 self.prefilled_columns += head_columns + len(prompts) * (width - cache.get_seq_length())
                 out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                          past_key_values=cache, logits_processor=processors)
+                                          past_key_values=cache, logits_processor=processors,
+                                          stopping_criteria=_stopping(self.stop_when))
         finally:
             if timer is not None:
                 timer.finish()
@@ -396,3 +401,19 @@ def _continuable(cache: Any) -> bool:
     from .kv_cache import AppendLayer
 
     return isinstance(cache, DynamicCache) and all(type(layer) in (DynamicLayer, AppendLayer) for layer in cache.layers)
+
+
+def _stopping(stop_when: Callable[[], bool] | None) -> Any:
+    """transformers' stopping criteria ending every row once `stop_when()` is true (None: none)."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    if stop_when is None:
+        return StoppingCriteriaList()
+
+    class _StopWhen(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            import torch
+
+            return torch.full((input_ids.shape[0],), bool(stop_when()), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([_StopWhen()])

@@ -3,6 +3,7 @@ a named model or a `.gguf` file (prepared into a folder by `agent.models`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,16 @@ def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[
     `.gguf` file: `agent.models.model_folder`).
 
     Raises:
-        UserError: the folder does not exist, is not a model folder, or the tokenizer has
-            no chat template.
+        UserError: the folder does not exist, is not a model folder, is damaged
+            (`model_damage`), or the tokenizer has no chat template.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     folder = model_folder(path)
+    damage = model_damage(folder) if (folder / "config.json").is_file() else None  # else load_tokenizer says why
+    if damage is not None:
+        raise UserError(f"model path {str(path)!r} does not load: {damage}")
     tokenizer = load_tokenizer(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=getattr(torch, dtype))
     return model, tokenizer
@@ -53,6 +57,29 @@ def load_tokenizer(path: str | Path) -> Any:
     return tokenizer
 
 
+def model_damage(folder: Path) -> str | None:
+    """Why the model folder cannot load, from what is cheap to check (its `config.json` parses,
+    each safetensors file holds all its header promises), or None when it looks whole."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"config.json: {getattr(error, 'strerror', None) or error}"
+    if not isinstance(config, dict):
+        return "config.json is not a JSON object"
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights and not any(folder.glob("*.bin")):
+        return "no weights file"
+    for path in weights:
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except (OSError, SafetensorError) as error:
+            return f"{path.name}: {error}"
+    return None
+
+
 # Tokenizer classes that take `tokenizer.json` as it is written.
 _GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
@@ -66,8 +93,6 @@ def _tokenizer_class(folder: Path) -> Any:
     than as it was trained to, and could emit an id beyond the embedding. A folder whose
     tokenizer config names a generic class is loaded with that class instead.
     """
-    import json
-
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     config = folder / "tokenizer_config.json"

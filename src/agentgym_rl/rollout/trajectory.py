@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import UserError
+from ..jsonlines import read_json_lines
 
 
 @dataclass
@@ -88,17 +89,15 @@ def save_trajectories(trajectories: Iterable[Trajectory], path: str | Path) -> N
 
 
 def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read a JSONL file written by `save_trajectories`; errors name the file and line."""
+    """Read a JSONL file written by `save_trajectories`; errors name the file and line, and a
+    last line cut off mid-write is skipped with a warning (`read_json_lines`)."""
     source = Path(path)
     if not source.is_file():
         raise UserError(f"trajectory file {str(path)!r} does not exist")
     trajectories = []
-    with source.open() as f:
-        for line_number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                trajectories.append(Trajectory.from_json(json.loads(line)))
-            except (json.JSONDecodeError, TypeError) as error:
-                raise UserError(f"{path}:{line_number}: not a trajectory record ({error})") from None
+    for number, record in enumerate(read_json_lines(source), start=1):
+        try:
+            trajectories.append(Trajectory.from_json(record))
+        except (TypeError, AttributeError) as error:  # valid JSON, but not an object with our fields
+            raise UserError(f"{path}: record {number}: not a trajectory record ({error})") from None
     return trajectories

@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 
 from ..envs.agentgym_remote import SERVER_NAMES
 from ..envs.base import EnvStateError
+from ..http_guards import Text
 from .errors import env_failed
 
 AGENTGYM_ENVS = ("babyai", "textcraft", "sciworld")
@@ -49,14 +50,14 @@ class _Reset(BaseModel):
 
 class _Step(BaseModel):
     id: int
-    action: str = Field(max_length=100_000)
+    action: Text = Field(max_length=100_000)
 
 
 class _TextCraftCreate(BaseModel):
-    minecraft_dir: str | None = None
+    minecraft_dir: Text | None = None
     """Where AgentGym's server reads recipes; ours has its own (ignored)."""
-    commands: str | None = None
-    goal: str | None = None
+    commands: Text | None = None
+    goal: Text | None = None
 
 
 def add_agentgym_routes(app: FastAPI, env_id: str, instances: Any, env_call: Callable) -> None:

@@ -3,7 +3,8 @@
 Our uniform API, the same for every environment (each body and response is a pydantic model,
 so the OpenAPI schema at `/openapi.json` documents it):
 
-    GET    /health                               {"status": "ok", "env_id", "instances"}
+    GET    /health                               {"status": "ok"}: alive (open without the token)
+    GET    /v1/status                            {"env_id", "instances"}
     GET    /v1/info                              {"env_id", "instruction", "max_turns"}
     POST   /v1/envs                              {"id"}: a new instance
     POST   /v1/envs/{id}/reset      {item_id, seed}   {"observation", "info"}
@@ -16,15 +17,15 @@ and, for BabyAI, TextCraft and SciWorld, AgentGym's own endpoints (`/create`, `/
 `agentgym.py`), on the same instances.
 
 Errors are JSON `{"detail": ...}` with a status a client can act on: 401 without the bearer
-token (when one is set, on every endpoint), 404 for an unknown instance, 409 for a call out of
-order (`step` before `reset`), 413 for a body over `max_body_bytes`, 422 for a bad body or item
-id, 429 when `max_instances` are alive. Calls on one instance run one at a time; instances idle
+token (when one is set, on every endpoint but /health), 404 for an unknown instance, 409 for a
+call out of order (`step` before `reset`), 413 for a body over `max_body_bytes` (counted as it
+arrives, chunked or not), 422 for a bad body or item id (quoting only an excerpt of it), 429
+when `max_instances` are alive. Calls on one instance run one at a time; instances idle
 for `idle_seconds` are closed when a new one is created.
 """
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import threading
 import time
@@ -33,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from ..envs import registry
+from ..http_guards import RequestGuard, Text, add_error_handlers
 from ..envs.base import EnvStateError, TextEnv
 from .agentgym import AGENTGYM_ENVS, add_agentgym_routes
 from .errors import env_failed
@@ -47,13 +48,13 @@ MAX_ACTION_CHARS = 100_000
 
 
 class ResetRequest(BaseModel):
-    item_id: int | str | None = None
+    item_id: int | Text | None = None
     """Which task: an index or "<env>_<index>"; null picks one from `seed`."""
     seed: int | None = None
 
 
 class StepRequest(BaseModel):
-    action: str = Field(max_length=MAX_ACTION_CHARS)
+    action: Text = Field(max_length=MAX_ACTION_CHARS)
     """The agent's reply: plain text, or ReAct text holding one `Action:` line."""
 
 
@@ -90,6 +91,9 @@ class Info(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class Status(BaseModel):
     env_id: str
     instances: int
 
@@ -154,31 +158,6 @@ class _Instances:
             self.close(instance_id, missing_ok=True)  # a client may have closed it meanwhile
 
 
-class _Guard:
-    """Checks the token (on every path, the schema and docs included), then the body size.
-
-    A plain ASGI middleware: Starlette's `BaseHTTPMiddleware` (`@app.middleware`) cost more
-    server time per call than a BabyAI step."""
-
-    def __init__(self, app: Any, token: str | None, max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
-        self.expected = f"Bearer {token}".encode() if token is not None else None
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = dict(scope["headers"])
-            if self.expected is not None and not hmac.compare_digest(headers.get(b"authorization", b""),
-                                                                     self.expected):
-                refusal = JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                                       headers={"WWW-Authenticate": "Bearer"})
-                return await refusal(scope, receive, send)
-            length = headers.get(b"content-length")
-            if length is not None and (not length.isdigit() or int(length) > self.max_body_bytes):
-                refusal = JSONResponse({"detail": f"request body over {self.max_body_bytes} bytes"}, status_code=413)
-                return await refusal(scope, receive, send)
-        await self.app(scope, receive, send)
-
-
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,
                max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000) -> FastAPI:
     """The FastAPI app serving `env_id` (a registered environment built with `env_kwargs`).
@@ -202,12 +181,17 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
 
     app = FastAPI(title=f"agentgym-rl {env_id} environment server", lifespan=lifespan)
 
-    app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    add_error_handlers(app)
     env_call = env_endpoint(spec.pure_python)
 
     @app.get("/health")
     async def health() -> Health:
-        return Health(status="ok", env_id=env_id, instances=len(instances))
+        return Health(status="ok")
+
+    @app.get("/v1/status")
+    async def status() -> Status:
+        return Status(env_id=env_id, instances=len(instances))
 
     @app.get("/v1/info")
     async def info() -> Info:

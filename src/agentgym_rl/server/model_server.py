@@ -7,11 +7,14 @@
                                token-exact (`agent.openai_generator.OpenAIGenerator`)
     POST /v1/chat/completions  messages in the model's chat template; the reply ends at its
                                end-of-turn token
-    GET  /health
+    GET  /health               {"status": "ok"}: alive (open without the token)
 
-Sampling is the in-process generator's (`HFGenerator`: plain temperature sampling, 0 greedy),
-one batch at a time. With a token set, every /v1 call needs `Authorization: Bearer <token>`.
-A malformed request gets 422 with the reason.
+Sampling is the in-process generator's (`HFGenerator`: plain temperature sampling, 0 greedy;
+temperatures below `GREEDY_BELOW` are greedy too, as in vLLM, since dividing logits by them
+overflows), one batch at a time. With a token set, every route but /health (the schema and
+docs included) needs `Authorization: Bearer <token>`. A malformed request gets 422 with the
+reason: a prompt that with `max_tokens` would pass the model's context, a token id outside the
+vocabulary, text that is not valid Unicode; a body over `max_body_bytes` gets 413.
 """
 
 from __future__ import annotations
@@ -19,25 +22,29 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generation, HFGenerator
+from ..http_guards import RequestGuard, Text, add_error_handlers, excerpt
 
 MAX_TOKENS = 4096
 MAX_PROMPTS = 256
+MAX_TEMPERATURE = 100.0
+GREEDY_BELOW = 1e-5
 
 
 class CompletionRequest(BaseModel):
     model: str | None = None
-    prompt: list[list[int]] | list[int] | list[str] | str
+    prompt: list[list[int]] | list[int] | list[Text] | Text
     max_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(default=1.0, ge=0.0)
+    temperature: float = Field(default=1.0, ge=0.0, le=MAX_TEMPERATURE)
     logprobs: int | None = Field(default=None, ge=0)
     stop_token_ids: list[int] | None = None
     """Token ids that end a completion (default: the model's end-of-turn and end-of-text)."""
@@ -46,38 +53,59 @@ class CompletionRequest(BaseModel):
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: Text
 
 
 class ChatRequest(BaseModel):
     model: str | None = None
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS)
-    temperature: float = Field(default=1.0, ge=0.0)
+    temperature: float = Field(default=1.0, ge=0.0, le=MAX_TEMPERATURE)
 
 
-def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = None) -> FastAPI:
-    """The server's app over a loaded model and tokenizer, served as `name`."""
+def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = None,
+                     max_body_bytes: int = 8_000_000, max_seconds: float = 300.0) -> FastAPI:
+    """The server's app over a loaded model and tokenizer, served as `name`.
+
+    Args:
+        max_seconds: a request's generation stops after this long (its replies end "length"),
+            and every generation stops when the server shuts down, so SIGTERM is not held up.
+    """
     encoder = ChatEncoder(tokenizer)
     default_stops = sorted({encoder.end_of_turn_id, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
+    context = getattr(model.config, "max_position_embeddings", None)
     lock = threading.Lock()  # one batch at a time: the CPU has no room for two
-    app = FastAPI(title="agentgym-rl model server", description=__doc__)
+    stopping = threading.Event()
 
-    def authorised(request: Request) -> None:
-        if token and request.headers.get("authorization") != f"Bearer {token}":
-            raise HTTPException(401, "missing or wrong bearer token")
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        stopping.set()  # uvicorn gets here once a graceful shutdown's wait is over
+
+    app = FastAPI(title="agentgym-rl model server", description=__doc__, lifespan=lifespan)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    add_error_handlers(app)
 
     def check_model(requested: str | None) -> None:
         if requested not in (None, name):
-            raise HTTPException(404, f"model {requested!r} is not served here; this server serves {name!r}")
+            raise HTTPException(404, f"model {excerpt(requested)!r} is not served here; this server serves {name!r}")
 
     def generate(prompts: list[list[int]], max_tokens: int, temperature: float, stops: list[int]) -> list[Generation]:
         vocabulary = len(tokenizer)
         for prompt in prompts:
             if not prompt or any(not 0 <= token_id < vocabulary for token_id in prompt):
                 raise HTTPException(422, f"a prompt is empty or holds a token id outside 0..{vocabulary - 1}")
-        generator = HFGenerator(model, tokenizer.pad_token_id, stops, temperature, reuse_cache=False)
+            if context is not None and len(prompt) + max_tokens > context:
+                raise HTTPException(422, f"a prompt of {len(prompt)} tokens and max_tokens {max_tokens} pass the "
+                                         f"model's context of {context} tokens: shorten the prompt or max_tokens")
+        if any(not 0 <= token_id < vocabulary for token_id in stops):
+            raise HTTPException(422, f"stop_token_ids hold an id outside 0..{vocabulary - 1}")
+        if temperature < GREEDY_BELOW:
+            temperature = 0.0
         with lock:
+            deadline = time.monotonic() + max_seconds
+            generator = HFGenerator(model, tokenizer.pad_token_id, stops, temperature, reuse_cache=False,
+                                    stop_when=lambda: stopping.is_set() or time.monotonic() > deadline)
             return generator.generate(prompts, max_tokens)
 
     def usage(prompts: list[list[int]], generations: list[Generation]) -> dict[str, int]:
@@ -88,17 +116,17 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
 
     @app.get("/health")
     async def health() -> dict[str, str]:
-        return {"status": "ok", "model": name}
+        return {"status": "ok"}
 
-    @app.get("/v1/models", dependencies=[Depends(authorised)])
+    @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "agentgym-rl"}]}
 
-    @app.post("/v1/completions", dependencies=[Depends(authorised)])
+    @app.post("/v1/completions")
     async def completions(request: CompletionRequest) -> dict[str, Any]:
         return await run_in_threadpool(complete, request)  # the event loop stays free for other calls
 
-    @app.post("/v1/chat/completions", dependencies=[Depends(authorised)])
+    @app.post("/v1/chat/completions")
     async def chat_completions(request: ChatRequest) -> dict[str, Any]:
         return await run_in_threadpool(chat, request)
 

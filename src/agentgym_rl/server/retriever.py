@@ -7,7 +7,8 @@
 
 so that Search-R1's trainers, our `RemoteRetriever` and the `search` environment (its
 `retriever_url`) can share one index. A malformed request gets 422 with the reason; more than
-`MAX_QUERIES` queries, a query over `MAX_QUERY_CHARS` or a `topk` past `MAX_TOPK` too.
+`MAX_QUERIES` queries, a query over `MAX_QUERY_CHARS` or a `topk` past `MAX_TOPK` too; a body
+over `max_body_bytes` 413.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
 from ..envs.search.retrieval import Retriever, row_of
+from ..http_guards import RequestGuard, Text, add_error_handlers
 from .offload import env_endpoint
 
 MAX_QUERIES = 512
@@ -26,7 +28,7 @@ MAX_TOPK = 100
 
 
 class RetrieveRequest(BaseModel):
-    queries: list[str] = Field(min_length=1, max_length=MAX_QUERIES)
+    queries: list[Text] = Field(min_length=1, max_length=MAX_QUERIES)
     topk: int | None = Field(default=None, ge=1, le=MAX_TOPK)
     """Documents per query (null: the server's default)."""
     return_scores: bool = False
@@ -37,9 +39,12 @@ class RetrieverHealth(BaseModel):
     documents: int
 
 
-def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3) -> FastAPI:
-    """The app serving `retriever` (over `documents` documents)."""
+def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3,
+                         max_body_bytes: int = 2_000_000) -> FastAPI:
+    """The app serving `retriever` (over `documents` documents); larger bodies get 413."""
     app = FastAPI(title="agentgym-rl retrieval server (Search-R1's API)")
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+    add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> RetrieverHealth:

@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
-from ..runs import CONFIG, checkpoints, holds_run
+from ..runs import CONFIG, DISK_ERRORS, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
 from .batch import TokenBatch, collate
 from .session import Session, Trainer
@@ -153,6 +153,7 @@ class RLTrainer(Trainer):
             self.session, state, start = self._join_rank_zero(options)
         elif resume:
             check_resumable(self.run_dir, cfg)
+            check_writable(self.run_dir, "resume")  # else the first write would blame an intact checkpoint
             self.session, state, checkpoint = self._reopen(options)
             start = state["step"]
             self.log(f"resumed from {checkpoint} at step {start}")
@@ -281,6 +282,11 @@ class RLTrainer(Trainer):
                     validations.append(self.validate(step + 1))
                 if save:
                     self.save(step + 1)
+        except OSError as error:
+            if error.errno not in DISK_ERRORS:
+                raise
+            raise disk_stop(self.run_dir, error, "go on with `agentgym-rl train CONFIG --resume` (the same run.name)") \
+                from None
         finally:  # the environments kept for reuse (JVMs, server instances) go with the run
             self.engine.close()
             self.val_engine.close()

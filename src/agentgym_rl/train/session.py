@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from ..agent.allocator import set_mmap_threshold
-from ..agent.loading import load_model_and_tokenizer, resolve_device
+from ..agent.loading import load_model_and_tokenizer, model_damage, resolve_device
 from ..agent.models import NAMED_MODELS, is_model_reference
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
@@ -42,6 +42,10 @@ def check_model_path(model_path: str | None) -> None:
         raise UserError(f"model path {model_path!r} is not a directory with a config.json; set model.path to a "
                         f"Hugging Face model folder (e.g. a run's checkpoints/.../model), a named model "
                         f"({', '.join(sorted(NAMED_MODELS))}), a .gguf file, or null for the tiny model")
+    if model_path is not None and not is_model_reference(model_path):
+        damage = model_damage(Path(model_path))
+        if damage is not None:
+            raise UserError(f"model path {model_path!r} does not load: {damage}")
 
 
 class Trainer:

@@ -47,6 +47,9 @@ class SFTTrainer(Trainer):
         if data.path is not None:
             conversations = load_conversations(data.path, instruction_as_system=data.instruction_as_system)
             source = repr(data.path)
+            if not conversations:
+                raise UserError(f"the data file {source} holds no conversation (it is empty); write one JSON "
+                                "record per line (docs/DATA_FORMATS.md)")
         else:
             env = self.config.env
             with tqdm(total=data.episodes, desc=f"expert demonstrations ({env.id})", unit="ep") as bar:

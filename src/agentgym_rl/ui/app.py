@@ -12,29 +12,37 @@
     DELETE /api/play/{id}
 
 Only files under the runs folder are read: a run is named by its folder name (a direct child),
-a trajectory file by its split and step, a line by its number. A malformed line is listed as
-such; it is never an error.
+a trajectory file by its split and step, a line by its number, and a file whose real place (links
+followed) is outside the runs folder is not read. A malformed line is listed as such; it is
+never an error. Requests must name this machine (or a host given with `--allow-host`) in their
+`Host`; the playground talks only to servers on this machine or given with `--allow-url`.
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import orjson
 from fastapi import FastAPI, HTTPException, Query
+from fastapi import Path as PathPart
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
 from ..config import load_yaml
-from .index import SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, resolve_run, trajectory_files
+from ..http_guards import LOOPBACK_HOSTS, RequestGuard, Text, add_error_handlers
+from .index import (SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, resolve_run, trajectory_files,
+                    within)
 from .playground import MAX_ACTION_CHARS, Playground, PlaygroundError
 from .tokens import TokenViews
 
 STATIC = Path(__file__).parent / "static"
 MAX_PAGE = 500
+MAX_INDEX = 10**12
+"""Largest step, line, offset or session a request may name (a JSON answer holds 64-bit integers)."""
+SESSION = PathPart(ge=0, le=MAX_INDEX)
 
 
 class JSON(Response):
@@ -45,23 +53,23 @@ class JSON(Response):
 
 
 class PlayRequest(BaseModel):
-    env_id: str
-    item_id: int | str | None = None
-    url: str | None = None
+    env_id: Text
+    item_id: int | Text | None = None
+    url: Text | None = None
     """An env server to play on (`agentgym-rl serve-env`), else the env runs in the viewer."""
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class ActRequest(BaseModel):
-    action: str = Field(max_length=MAX_ACTION_CHARS)
+    action: Text = Field(max_length=MAX_ACTION_CHARS)
 
 
 class ModelRequest(BaseModel):
-    run: str | None = None
+    run: Text | None = None
     """The run whose newest checkpoint acts..."""
-    endpoint: str | None = None
+    endpoint: Text | None = None
     """...or an OpenAI-compatible API (`http://HOST:PORT/v1`, e.g. `agentgym-rl serve-model`)..."""
-    model: str = ""
+    model: Text = ""
     """...and the model name it serves."""
 
 
@@ -106,13 +114,23 @@ def _matches(summary: dict[str, Any], env: str | None, item: str | None, categor
     return True
 
 
-def create_app(runs_dir: str | Path) -> FastAPI:
-    """The viewer app over `runs_dir` (read at every request: new runs and steps appear)."""
+def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+               allowed_urls: Iterable[str] = (), max_body_bytes: int = 1_000_000) -> FastAPI:
+    """The viewer app over `runs_dir` (read at every request: new runs and steps appear).
+
+    Args:
+        allowed_hosts: the names a request's `Host` may carry (the viewer has no login: a page
+            of another site that rebinds its name to this address is refused).
+        allowed_urls: the servers besides this machine's the playground may talk to.
+        max_body_bytes: larger request bodies are refused with 413.
+    """
     runs_dir = Path(runs_dir)
     index = TrajectoryIndex()
     tokens = TokenViews()
-    playground = Playground()
+    playground = Playground(allowed_urls)
     app = FastAPI(title="agentgym-rl viewer", default_response_class=JSON)
+    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
+    add_error_handlers(app)
     threading.Thread(target=index.warm, args=(runs_dir,), name="index-runs", daemon=True).start()
 
     def run_dir(name: str) -> Path:
@@ -125,7 +143,7 @@ def create_app(runs_dir: str | Path) -> FastAPI:
         if split not in SPLITS:
             raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
         path = run / split / f"step_{step:06d}.jsonl"
-        if not path.is_file():
+        if not path.is_file() or not within(path, run):
             raise HTTPException(404, f"run {run.name!r} has no {split} of step {step}")
         return path
 
@@ -152,10 +170,11 @@ def create_app(runs_dir: str | Path) -> FastAPI:
         return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
 
     @app.get("/api/runs/{name}/trajectories")
-    def trajectories(name: str, split: str | None = None, step: int | None = None, env: str | None = None,
-                     item: str | None = None, category: str | None = None,
+    def trajectories(name: str, split: str | None = None, step: int | None = Query(None, ge=0, le=MAX_INDEX),
+                     env: str | None = None, item: str | None = None, category: str | None = None,
                      success: str | None = Query(None, pattern="^(true|false|malformed)$"),
-                     offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
+                     offset: int = Query(0, ge=0, le=MAX_INDEX),
+                     limit: int = Query(100, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
         folder = run_dir(name)
         if split is not None and split not in SPLITS:
             raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
@@ -176,7 +195,8 @@ def create_app(runs_dir: str | Path) -> FastAPI:
         return {"total": total, "offset": offset, "rows": matched, "categories": sorted(categories)}
 
     @app.get("/api/runs/{name}/trajectory")
-    def trajectory(name: str, split: str, step: int, line: int = Query(ge=0)) -> dict[str, Any]:
+    def trajectory(name: str, split: str, step: int = Query(ge=0, le=MAX_INDEX),
+                   line: int = Query(ge=0, le=MAX_INDEX)) -> dict[str, Any]:
         folder = run_dir(name)
         path = file_of(folder, split, step)
         try:
@@ -206,17 +226,17 @@ def create_app(runs_dir: str | Path) -> FastAPI:
         try:
             return playground.start(request.env_id, request.item_id, request.kwargs, request.url)
         except PlaygroundError as error:
-            raise HTTPException(422, str(error)) from None
+            raise HTTPException(error.status, str(error)) from None
 
     @app.post("/api/play/{session}/step")
-    def step(session: int, request: ActRequest) -> dict[str, Any]:
+    def step(request: ActRequest, session: int = SESSION) -> dict[str, Any]:
         try:
             return playground.step(session, request.action)
         except PlaygroundError as error:
             raise HTTPException(error.status, str(error)) from None
 
     @app.post("/api/play/{session}/model")
-    def model_step(session: int, request: ModelRequest) -> dict[str, Any]:
+    def model_step(request: ModelRequest, session: int = SESSION) -> dict[str, Any]:
         if (request.run is None) == (request.endpoint is None):
             raise HTTPException(422, "name either a run or a model endpoint")
         folder = run_dir(request.run) if request.run is not None else None
@@ -226,7 +246,7 @@ def create_app(runs_dir: str | Path) -> FastAPI:
             raise HTTPException(error.status, str(error)) from None
 
     @app.delete("/api/play/{session}")
-    def close(session: int) -> dict[str, Any]:
+    def close(session: int = SESSION) -> dict[str, Any]:
         playground.close(session)
         return {"closed": session}
 

@@ -26,30 +26,46 @@ class NotFound(LookupError):
     """A run, file or line that the runs folder does not hold."""
 
 
+def within(path: Path, folder: Path) -> bool:
+    """Whether `path`, every link in it followed, is `folder` or lies under it: the viewer reads
+    no file whose real place is outside the runs folder, whatever a link inside it points to."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def _is_run(path: Path, runs_dir: Path) -> bool:
+    return (path.resolve().parent == runs_dir.resolve() and (path / CONFIG).is_file()
+            and within(path / CONFIG, path))
+
+
 def resolve_run(runs_dir: Path, name: str) -> Path:
     """The run folder `runs_dir/name`; only a direct child holding a run (no path tricks)."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
         raise NotFound(f"no run named {name!r}")
     path = runs_dir / name
-    if path.resolve().parent != runs_dir.resolve() or not (path / CONFIG).is_file():
+    if not _is_run(path, runs_dir):
         raise NotFound(f"no run named {name!r}")
     return path
 
 
 def list_runs(runs_dir: Path) -> list[Path]:
-    """Run folders (children with a config.yaml, not links out of `runs_dir`), newest first."""
+    """Run folders (children with a config.yaml, neither linking out of `runs_dir`), newest first."""
     if not runs_dir.is_dir():
         return []
-    inside = runs_dir.resolve()
-    found = [p for p in runs_dir.iterdir() if p.resolve().parent == inside and (p / CONFIG).is_file()]
+    found = [p for p in runs_dir.iterdir() if _is_run(p, runs_dir)]
     return sorted(found, key=lambda p: (p / CONFIG).stat().st_mtime, reverse=True)
 
 
 def trajectory_files(run_dir: Path) -> list[tuple[str, int, Path]]:
-    """(split, step, path) of every `<split>/step_N.jsonl` of a run, by split then step."""
+    """(split, step, path) of every `<split>/step_N.jsonl` of a run, by split then step; a file
+    (or split folder) that links out of the run folder is left out."""
     found = []
     for split in SPLITS:
         for path in sorted((run_dir / split).glob("step_*.jsonl")):
+            if not within(path, run_dir):
+                continue
             try:
                 step = int(path.stem.rsplit("_", 1)[-1])
             except ValueError:
@@ -185,6 +201,8 @@ def metrics_rows(run_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     rows, problems = [], []
     if not path.is_file():
         return rows, problems
+    if not within(path, run_dir):
+        return rows, ["metrics.jsonl links out of the run folder: not read"]
     for number, raw in enumerate(path.read_bytes().splitlines(), 1):
         if not raw.strip():
             continue

@@ -15,14 +15,18 @@ import itertools
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
 from ..errors import UserError
+from ..http_guards import excerpt
 from ..runs import latest_model, played_settings
+from .index import within
 
 MAX_ACTION_CHARS = 10_000
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
 MAX_SESSIONS = 8
 """Sessions kept alive; starting one more closes the least recently used."""
 
@@ -57,10 +61,29 @@ class _Session:
         self.lock = threading.Lock()
 
 
-class Playground:
-    """Live sessions, and the models that have acted in them (one per run, loaded once)."""
+def _origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of an http(s) URL (`agentgym+http` counts as http), else None."""
+    parts = urlsplit(url.removeprefix("agentgym+"))
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is not a number
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port
 
-    def __init__(self) -> None:
+
+class Playground:
+    """Live sessions, and the models that have acted in them (one per run, loaded once).
+
+    Args:
+        allowed_urls: the servers (env servers, model APIs) a session may talk to besides those
+            on this machine: a URL's scheme, host and port must match one of them. The viewer
+            fetches nothing else, so that a page cannot make it a proxy into the network.
+    """
+
+    def __init__(self, allowed_urls: Iterable[str] = ()) -> None:
+        self.allowed = {origin for origin in map(_origin, allowed_urls) if origin is not None}
         self._sessions: OrderedDict[int, _Session] = OrderedDict()
         self._ids = itertools.count(1)
         self._models: dict[Path, Any] = {}
@@ -88,6 +111,8 @@ class Playground:
         `agentgym-rl serve-env`, or AgentGym's own as `agentgym+http://...`) reset to `item_id`."""
         if env_id not in registry.env_ids():
             raise PlaygroundError(f"unknown environment {env_id!r}; registered: {', '.join(registry.env_ids())}")
+        if url:
+            self.check_url(url)
         try:
             env = registry.env_factory(env_id, kwargs, [url] if url else [], timeout=30.0)()
         except (TypeError, ValueError, UserError, OSError) as error:
@@ -182,6 +207,9 @@ class Playground:
             rollout = played_settings(run_dir).get("rollout") or {}
         except UserError as error:
             raise PlaygroundError(str(error)) from None
+        if not within(folder, run_dir):
+            raise PlaygroundError(f"the newest checkpoint of run {run_dir.name!r} links out of the run folder: "
+                                  "not loaded")
         from ..agent.loading import load_model_and_tokenizer
         from ..rollout.policy import model_policy
 
@@ -192,10 +220,19 @@ class Playground:
             self._models[run_dir] = played
         return played
 
-    @staticmethod
-    def _endpoint_policy(endpoint: str | None, model_name: str) -> tuple[Any, int, bool]:
+    def check_url(self, url: str) -> None:
+        """Refuse a server that is neither on this machine nor allowed (`allowed_urls`)."""
+        origin = _origin(url)
+        if origin is None:
+            raise PlaygroundError(f"not an http(s) URL: {excerpt(url)!r}")
+        if origin[1] not in LOOPBACK_NAMES and origin not in self.allowed:
+            raise PlaygroundError(f"the viewer talks only to servers on this machine or given with --allow-url; "
+                                  f"{excerpt(url)!r} is neither", 403)
+
+    def _endpoint_policy(self, endpoint: str | None, model_name: str) -> tuple[Any, int, bool]:
         if not endpoint or not endpoint.startswith(("http://", "https://")):
-            raise PlaygroundError(f"a model endpoint is an http(s) URL ending in /v1, got {endpoint!r}")
+            raise PlaygroundError(f"a model endpoint is an http(s) URL ending in /v1, got {excerpt(endpoint)!r}")
+        self.check_url(endpoint)
         from ..rollout.chat_api import ChatAPIPolicy
 
         return ChatAPIPolicy(endpoint, model_name, temperature=0.0, timeout=60.0), 256, True

@@ -8,15 +8,16 @@ from typing import Any
 
 from ..agent.loading import load_tokenizer
 from ..config import load_yaml
+from .index import within
 
 
 def tokenizer_folder(run_dir: Path) -> Path | None:
     """Where a run's tokenizer is: the tiny model it built, else its newest checkpoint's model,
     else the `model.path` of its config when that folder exists here."""
-    if (run_dir / "base_model" / "tokenizer_config.json").is_file():
+    if (run_dir / "base_model" / "tokenizer_config.json").is_file() and within(run_dir / "base_model", run_dir):
         return run_dir / "base_model"
     for model in sorted((run_dir / "checkpoints").glob("*/model"), reverse=True):
-        if (model / "tokenizer_config.json").is_file():
+        if (model / "tokenizer_config.json").is_file() and within(model, run_dir):
             return model
     try:
         path = (load_yaml(run_dir / "config.yaml").get("model") or {}).get("path")

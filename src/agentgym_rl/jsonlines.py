@@ -1,0 +1,40 @@
+"""Reading the JSON-lines files a run writes (`metrics.jsonl`, trajectory files), which a
+process killed mid-write leaves ending in half a line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import UserError
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def read_json_lines(path: str | Path, warn: Callable[[str], object] = _stderr) -> list[Any]:
+    """The JSON value of every non-empty line of `path`.
+
+    A last line without its newline that does not parse is what a write cut short leaves: it
+    is skipped with a warning (to `warn`; stderr by default). Any other line that does not
+    parse is a `UserError` naming the file and line.
+    """
+    source = Path(path)
+    text = source.read_text(encoding="utf-8", errors="replace")
+    lines = text.split("\n")
+    values = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            values.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):  # no newline after it: the write of this line never finished
+                warn(f"warning: {source} ends in an unfinished line ({len(line)} characters, written when the "
+                     "process was stopped?); it is skipped")
+                break
+            raise UserError(f"{source}:{number}: not JSON ({error.msg}); fix or remove that line") from None
+    return values
