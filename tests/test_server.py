@@ -115,10 +115,11 @@ def test_the_server_answers_mistakes_with_their_status(babyai_url):
 
 def test_a_token_guards_every_endpoint():
     with serving("babyai", token="s3cret") as url:
-        for method, path in [("GET", "/health"), ("GET", "/v1/info"), ("POST", "/v1/envs"),
+        for method, path in [("GET", "/v1/status"), ("GET", "/v1/info"), ("POST", "/v1/envs"),
                              ("POST", "/v1/envs/1/reset"), ("POST", "/v1/envs/1/step"), ("DELETE", "/v1/envs/1"),
-                             ("GET", "/v1/envs/1/available_actions"), ("GET", "/openapi.json")]:
+                             ("GET", "/v1/envs/1/available_actions"), ("GET", "/openapi.json"), ("GET", "/docs")]:
             assert httpx.request(method, url + path, json={}).status_code == 401, path
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}  # open to a supervisor's probe, says no more
         with pytest.raises(RemoteEnvError, match="HTTP 401"):
             HttpEnv(url)
         env = HttpEnv(url, token="s3cret")
