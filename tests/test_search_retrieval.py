@@ -55,7 +55,7 @@ def test_the_remote_retriever_finds_what_the_local_index_finds(retriever_url):
         assert [d.score for d in theirs] == pytest.approx([d.score for d in mine])
     plain = httpx.post(f"{retriever_url}/retrieve", json={"queries": ["Vapax Nopax"], "topk": 1}).json()
     assert set(plain["result"][0][0]) == {"id", "contents"}  # without scores, the bare rows
-    assert httpx.get(f"{retriever_url}/health").json()["documents"] == len(local.docs)
+    assert httpx.get(f"{retriever_url}/status").json()["documents"] == len(local.docs)
 
 
 @pytest.mark.parametrize("body, reason", [
@@ -90,11 +90,15 @@ def test_serve_retriever_serves_a_corpus_file_from_the_command_line(tmp_path, mo
     write_corpus([Doc(str(i), f"Title {i}", f"Text about item{i}.") for i in range(50)], tmp_path / "c.jsonl")
     port = free_port()
     command = [sys.executable, "-m", "agentgym_rl.cli", "serve-retriever", "--corpus", str(tmp_path / "c.jsonl"),
-               "--port", str(port)]
+               "--port", str(port), "--token", "t0k"]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_healthy(f"http://127.0.0.1:{port}", server)
-        [[doc]] = RemoteRetriever(f"http://127.0.0.1:{port}").search(["item7"], 1)
+        wait_until_healthy(url, server)  # /health needs no token, and says only that it is alive
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+        assert httpx.post(f"{url}/retrieve", json={"queries": ["item7"]}).status_code == 401
+        monkeypatch.setenv("AGENTGYM_RL_ENV_TOKEN", "t0k")  # what the search env's client sends
+        [[doc]] = RemoteRetriever(url).search(["item7"], 1)
         assert (doc.id, doc.title) == ("7", "Title 7")
     finally:
         server.terminate()

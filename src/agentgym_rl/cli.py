@@ -291,6 +291,9 @@ def serve_retriever(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     port: int = typer.Option(8001, min=0, max=65535, help="Port to listen on."),
     topk: int = typer.Option(3, min=1, max=100, help="Documents per query when a request gives no topk."),
+    token: Optional[str] = typer.Option(None, envvar="AGENTGYM_RL_ENV_TOKEN", help="Bearer token every request "
+                                        "but GET /health must carry (also read from AGENTGYM_RL_ENV_TOKEN, "
+                                        "which the search env's client sends)."),
 ) -> None:
     """Serve retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs).
     A corpus file's BM25 index is kept in ~/.cache/agentgym-rl, one per file content."""
@@ -303,7 +306,7 @@ def serve_retriever(
         index = local_retriever(str(corpus) if corpus else (1000, 0), retriever, encoder)
     except ValueError as error:
         raise UserError(str(error)) from None
-    _serve(create_retriever_app(index, len(index.docs), topk), host, port)
+    _serve(create_retriever_app(index, len(index.docs), topk, token=token), host, port)
 
 
 @app.command("serve-model")

@@ -3,12 +3,14 @@
     POST /retrieve  {"queries": [...], "topk": 3, "return_scores": false}
         -> {"result": [[{"id", "contents"}, ...] per query]}
            (with return_scores: [[{"document": {"id", "contents"}, "score"}, ...], ...])
-    GET  /health    {"status": "ok", "documents": N}
+    GET  /status    {"documents": N}
+    GET  /health    {"status": "ok"}: alive (open without the token)
 
 so that Search-R1's trainers, our `RemoteRetriever` and the `search` environment (its
 `retriever_url`) can share one index. A malformed request gets 422 with the reason; more than
 `MAX_QUERIES` queries, a query over `MAX_QUERY_CHARS` or a `topk` past `MAX_TOPK` too; a body
-over `max_body_bytes` 413.
+over `max_body_bytes` 413; with a token set, every route but /health needs `Authorization:
+Bearer <token>` (the search env's client sends $AGENTGYM_RL_ENV_TOKEN).
 """
 
 from __future__ import annotations
@@ -36,19 +38,26 @@ class RetrieveRequest(BaseModel):
 
 class RetrieverHealth(BaseModel):
     status: str
+
+
+class RetrieverStatus(BaseModel):
     documents: int
 
 
-def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3,
+def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3, token: str | None = None,
                          max_body_bytes: int = 2_000_000) -> FastAPI:
     """The app serving `retriever` (over `documents` documents); larger bodies get 413."""
     app = FastAPI(title="agentgym-rl retrieval server (Search-R1's API)")
-    app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
     add_error_handlers(app)
 
     @app.get("/health")
     async def health() -> RetrieverHealth:
-        return RetrieverHealth(status="ok", documents=documents)
+        return RetrieverHealth(status="ok")
+
+    @app.get("/status")
+    async def status() -> RetrieverStatus:
+        return RetrieverStatus(documents=documents)
 
     @app.post("/retrieve")
     @env_endpoint(pure_python=False)  # a large index takes a while: other requests go on meanwhile
