@@ -30,9 +30,9 @@ from typing import Any, Callable
 
 import yaml
 
+from .agent.loading import model_damage
 from .config import PLAYED_SECTIONS, load_yaml, to_dict
 from .errors import UserError
-from .agent.loading import model_damage
 from .jsonlines import read_json_lines
 
 CONFIG = "config.yaml"
@@ -69,12 +69,12 @@ def write_config(run_dir: str | Path, config: Any) -> None:
                         f"checkpoints, trajectories and logs: free at least {MIN_FREE_BYTES / 2**20:.0f} MiB")
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
 DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 """What writing a run meets when its disk is full, over quota or read-only."""
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
 
 
 def check_writable(run_dir: Path, doing: str) -> None:
