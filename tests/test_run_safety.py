@@ -251,3 +251,24 @@ def test_sft_on_an_empty_data_file_says_it_is_empty(tmp_path):
     data.write_text("")
     result = run("sft", str(REPO / "configs" / "babyai_sft.yaml"), f"data.path={data}", f"run.output_dir={tmp_path}")
     assert result.returncode == 2 and "holds no conversation (it is empty)" in result.stderr, result.stderr
+
+
+def test_a_full_disk_under_tensorboard_is_one_warning_and_one_error_line(tmp_path, counter_env_registered,
+                                                                         monkeypatch, capfd):
+    import errno
+
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    written = RecordWriter.write
+
+    def full_from_step_1(self, data):  # the disk fills once the run is under way
+        if b"train/" in data:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return written(self, data)
+
+    monkeypatch.setattr(RecordWriter, "write", full_from_step_1)  # what TensorBoard's writer thread calls
+    with pytest.raises(UserError, match="No space left on device"):
+        RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
+    said = capfd.readouterr().err
+    assert "warning: TensorBoard could not write its event file (No space left on device)" in said
+    assert "Traceback" not in said

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -170,6 +171,7 @@ class MetricsLogger:
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
+            _report_event_writer_disk_errors()
             self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -191,6 +193,26 @@ class MetricsLogger:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def _report_event_writer_disk_errors() -> None:
+    """TensorBoard writes its event file in a thread of its own, which on a full or read-only
+    disk dies with a traceback in the middle of the run's output. It is said in one line instead:
+    the run's next metrics write meets the same error and stops the run with its own line."""
+    previous = threading.excepthook
+    if getattr(previous, "reports_event_writer_disk_errors", False):
+        return
+
+    def hook(args: Any) -> None:
+        error = args.exc_value
+        if (isinstance(error, OSError) and error.errno in DISK_ERRORS
+                and type(args.thread).__name__ == "_AsyncWriterThread"):
+            print(f"warning: TensorBoard could not write its event file ({error.strerror or error})", file=sys.stderr)
+            return
+        previous(args)
+
+    hook.reports_event_writer_disk_errors = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 class NoMetrics:
