@@ -193,11 +193,12 @@ def test_serve_env_and_eval_through_the_command_line(tmp_path):
 
     from test_cli import run
 
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-env", "babyai", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-env", "babyai", "--port", "0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
     try:
+        said = server.stdout.readline()  # port 0: a free one, named in the first line
+        assert said.startswith("listening on http://127.0.0.1:"), server.communicate()[1][-2000:]
+        url = said.split()[2].rstrip("/")
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -238,9 +238,10 @@ def bench_agent(
         raise typer.Exit(1)
 
 
-def _serve(server_app: Any, host: str, port: int) -> None:
+def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs") -> None:
     """Run `server_app` with uvicorn on a socket bound here first, so that an address in use or
-    not permitted is the usual one-line error rather than uvicorn's log and exit code."""
+    not permitted is the usual one-line error rather than uvicorn's log and exit code, and the
+    address printed is the real one (`--port 0` picks a free port)."""
     import socket
 
     import uvicorn
@@ -252,6 +253,8 @@ def _serve(server_app: Any, host: str, port: int) -> None:
         listener.bind((host, port))
     except (OSError, OverflowError) as error:
         raise UserError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
+    address = f"[{host}]" if family == socket.AF_INET6 else host
+    typer.echo(f"listening on http://{address}:{listener.getsockname()[1]}/ ({what}; Ctrl-C stops)")
     # On SIGTERM uvicorn waits this long for requests in flight, then cancels them and shuts
     # the app down (serve-model then stops its generations).
     config = uvicorn.Config(server_app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
@@ -356,8 +359,7 @@ def view(
         raise UserError(f"no runs folder {str(runs_dir)!r} (train something first, or pass the folder)")
     hosts = [*LOOPBACK_HOSTS, host, *(allow_host or [])]
     server_app = create_app(runs_dir, allowed_hosts=hosts, allowed_urls=allow_url or [])
-    typer.echo(f"viewing {runs_dir.resolve()} at http://{host}:{port}/  (Ctrl-C stops)")
-    _serve(server_app, host, port)
+    _serve(server_app, host, port, f"the runs of {runs_dir.resolve()}")
 
 
 @app.command()
