@@ -130,3 +130,39 @@ def test_malformed_yaml_names_the_line(tmp_path):
         load_config(RLConfig, path)
     with pytest.raises(UserError, match="does not exist"):
         load_config(RLConfig, tmp_path / "missing.yaml")
+
+
+# ------------------------------------------------------------- agentgym-rl config
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_config_command_prints_every_key_under_its_description(path):
+    import yaml
+    from test_cli import run
+
+    from agentgym_rl.config.describe import config_class
+
+    result = run("config", str(path), "run.seed=7")
+    assert result.returncode == 0, result.stderr
+    cls = config_class(path, "auto")
+    assert cls.__name__ == {"dpo": "DPOConfig", "rft": "RFTConfig", "sft": "SFTConfig"}.get(path.stem.split("_")[-1],
+                                                                                               "RLConfig")
+    assert yaml.safe_load(result.stdout) == to_dict(load_config(cls, path, ["run.seed=7"]))  # the resolved config
+    lines = result.stdout.splitlines()
+    for number, line in enumerate(lines):
+        if line.strip() and not line.lstrip().startswith("#"):
+            assert lines[number - 1].lstrip().startswith("#"), f"no description above {line!r}"
+
+
+def test_the_config_command_lists_every_key_with_type_default_and_description():
+    from test_cli import run
+
+    for kind in ("train", "sft", "dpo", "rft"):
+        result = run("config", str(REPO / "configs" / "babyai_grpo.yaml"), "--kind", kind, "--keys")
+        assert result.returncode == 0, result.stderr
+        rows = result.stdout.splitlines()
+        assert rows and all("  # " in row for row in rows), [row for row in rows if "  # " not in row]
+    assert any(row.startswith("algo.kl_horizon ") and "int = 10000" in row for row in
+               run("config", str(REPO / "configs" / "babyai_grpo.yaml"), "--keys").stdout.splitlines())
+    wrong = run("config", str(REPO / "configs" / "babyai_grpo.yaml"), "--kind", "magic")
+    assert wrong.returncode == 2 and "--kind must be auto or one of train, sft, dpo, rft" in wrong.stderr

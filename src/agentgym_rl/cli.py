@@ -375,6 +375,20 @@ CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")
 
 
+@app.command("config")
+def config_command(
+    config: Path = CONFIG,
+    overrides: Optional[List[str]] = CONFIG_OVERRIDES,
+    kind: str = typer.Option("auto", help="train, sft, dpo or rft (auto: told by the file's sections)."),
+    keys: bool = typer.Option(False, "--keys", help="List every key with its type, default and description."),
+) -> None:
+    """Print the config a command would run with: every key, resolved (the file, then the
+    overrides), under a comment saying what it does."""
+    from .config.describe import show_config
+
+    typer.echo(show_config(config, overrides or [], kind, keys), nl=False)
+
+
 @app.command()
 def train(
     config: Path = CONFIG,
@@ -382,7 +396,8 @@ def train(
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
 ) -> None:
     """Train with online RL (GRPO + ScalingInter-RL by default). Under `torchrun --nproc_per_node N
-    -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py)."""
+    -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py).
+    `agentgym-rl config CONFIG` prints every key the config can set, with what it does."""
     from .config import RLConfig, load_config
     from .eval.plots import plot_run
     from .train import distributed

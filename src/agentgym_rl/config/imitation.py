@@ -59,6 +59,7 @@ class DPODataConfig(SampleConfig):
     """JSONL of scored trajectories (our trajectory JSONL, or AgentTraj / chat records with
     success and reward); null samples `samples_per_item` per item with the starting policy."""
     instruction_as_system: bool = False
+    """AgentTraj records in `path`: the first human turn becomes the system message."""
 
 
 @dataclass(config=SECTION)
@@ -66,9 +67,11 @@ class PairConfig:
     """How (chosen, rejected) pairs are made within an item (`train.pairs.build_pairs`)."""
 
     min_margin: NonNegativeFloat = 0.0
+    """Between equal outcomes, the smallest reward gap that makes a pair."""
     use_reward: bool = True
     """Also pair equal outcomes by reward; false pairs only success against failure."""
     max_pairs_per_item: Positive | None = None
+    """Most pairs kept per item (null: all)."""
 
 
 @dataclass(config=SECTION)
@@ -76,9 +79,11 @@ class DPOLossConfig:
     """The DPO objective and its passes over the pairs."""
 
     beta: PositiveFloat = 0.1
+    """DPO's β: how far the policy may move from the reference to fit the preferences."""
     label_smoothing: Annotated[float, Field(ge=0, lt=0.5)] = 0.0
     """ε of conservative DPO (0: plain DPO)."""
     epochs: Positive = 2
+    """Passes over the pairs."""
     batch_size: Positive = 8
     """Pairs per optimizer step."""
     max_tokens: Positive = 4096
@@ -107,6 +112,7 @@ class RFTRoundConfig(SampleConfig):
     """Rejection-sampling rounds: sample, keep the successes, fine-tune on them."""
 
     rounds: Positive = 1
+    """Rounds of sampling then fine-tuning, each from the model the last one left."""
     dedupe: bool = True
     """Keep one copy of identical successful episodes of an item (easy items otherwise
     dominate the data with repeats)."""

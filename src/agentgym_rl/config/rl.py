@@ -23,6 +23,7 @@ class AlgoConfig:
     algorithm's own default (`agentgym_rl.algos.presets`)."""
 
     name: str = "grpo"
+    """grpo, ppo, reinforce++, rloo or loop (`agentgym-rl algos`)."""
     tasks_per_step: Positive = 8
     """Distinct tasks per RL step."""
     group_size: Positive = 8
@@ -33,23 +34,31 @@ class AlgoConfig:
     minibatch_size: Positive = 64
     """Trajectories per optimizer step."""
     clip_eps: PositiveFloat | None = None
+    """PPO's clip range ε of the importance ratio."""
     normalize_std: bool | None = None
     """grpo: divide by the group's standard deviation."""
     drop_threshold: NonNegativeFloat | None = None
     """loop: drop rollouts whose |advantage| is below this."""
     gamma: Annotated[float, Field(ge=0, le=1)] | None = None
+    """Discount per action token (ppo's GAE, reinforce++)."""
     lam: Annotated[float, Field(ge=0, le=1)] | None = None
+    """GAE's λ (ppo)."""
     whiten: bool | None = None
+    """ppo: normalise the advantages over the batch's action tokens."""
     kl_coef: NonNegativeFloat | None = None
     """Weight of the KL to the reference policy (0: no reference is kept)."""
     kl_estimator: str | None = None
+    """How the per-token KL to the reference is estimated: k1, k2 or k3 (Schulman's estimators)."""
     kl_control: Literal["fixed", "adaptive"] = "fixed"
     """"fixed" β, or "adaptive" (Ziegler et al. 2019): β moves to keep the KL near kl_target."""
     kl_target: PositiveFloat = 0.01
+    """The KL the adaptive controller steers β towards (`kl_control: adaptive`)."""
     kl_horizon: Positive = 10000
+    """The adaptive controller's horizon: with this many steps one update moves β by up to 20%."""
     ratio_level: str | None = None
     """Importance ratio per "token", "turn" or "trajectory" (LOOP's ablation)."""
     aggregation: str | None = None
+    """How token losses become one: token-mean, seq-mean-token-mean or seq-mean-token-sum."""
     epochs: Positive | None = None
     """Passes over each batch of rollouts."""
     value_coef: NonNegativeFloat = 0.5
@@ -95,8 +104,11 @@ class ScheduleConfig:
     """ScalingInter-RL horizon schedule: `horizons[i]` turns during stage i."""
 
     kind: str = "stepwise"
+    """fixed (one horizon throughout) or stepwise (stage k plays `horizons[k]` turns)."""
     horizons: list[Positive] = field(default_factory=lambda: [6, 13, 20])
+    """Turn limit of each stage, non-decreasing; the last is kept once reached."""
     every: Positive = 100
+    """Training steps per stage (stepwise)."""
 
     def __post_init__(self) -> None:
         HorizonSchedule(self.kind, tuple(self.horizons), self.every)  # an unknown kind fails here
@@ -107,10 +119,12 @@ class TrainLoopConfig:
     """Length of training and how often to validate, log and save."""
 
     steps: Positive = 300
+    """RL steps (each plays `algo.tasks_per_step` x `algo.group_size` episodes and updates)."""
     validate_every: NonNegative = 50
     """Evaluate on held-out items (the `eval` section) every k steps, and before the first
     (0 disables)."""
     save_every: Positive = 100
+    """Write a checkpoint every k steps, and after the last."""
     save_trajectories: bool = True
     """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
 

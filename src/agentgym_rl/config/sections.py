@@ -31,6 +31,7 @@ class RunConfig:
     name: str = "run"
     """The run folder's name under `output_dir`."""
     output_dir: str = "runs"
+    """The folder that holds runs: this run writes `output_dir/name/`."""
     seed: int = 0
     """Seeds the model's initialisation, the tasks each step samples and every reset."""
     device: Literal["cpu", "cuda", "auto"] = "cpu"
@@ -60,8 +61,11 @@ class EnvConfig:
     """Which environment and splits."""
 
     id: str = "babyai"
+    """The environment (`agentgym-rl envs` lists them)."""
     train_split: str = "train"
+    """The split RL, warm-up and demonstrations draw their items from."""
     eval_split: str = "test"
+    """The split validation and evaluation play."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
     urls: list[str] = field(default_factory=list)
@@ -86,12 +90,16 @@ class TinyModelConfig:
     vocab_size: Annotated[int, Field(ge=300)] = 1024
     """Byte-level BPE vocabulary size (including 256 byte tokens and specials)."""
     hidden_size: Positive = 128
+    """Width of the residual stream."""
     num_layers: Positive = 4
+    """Transformer blocks."""
     num_heads: Positive = 4
+    """Attention heads (`hidden_size` must divide by it)."""
     num_kv_heads: Positive = 4
     """Equal to `num_heads` by default: with fewer, transformers' `repeat_kv` copies the whole
     KV cache every decoding step, a third of the tiny model's evaluation time on a CPU."""
     intermediate_size: Positive = 384
+    """Width of each block's MLP."""
     max_positions: Positive = 4096
     """Longest token sequence (a whole multi-turn trajectory)."""
     sliding_window: Positive | None = None
@@ -121,7 +129,9 @@ class ModelConfig:
     """Train a LoRA adapter of this rank (0: all weights). With LoRA the KL or DPO reference is
     the base model with the adapter off, so no second copy is kept."""
     lora_alpha: Positive = 16
+    """LoRA's scale numerator: the adapter's update is scaled by alpha / rank."""
     lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Dropout on the adapter's input during training."""
     lora_targets: list[str] = field(default_factory=list)
     """Module names to adapt; empty adapts every linear layer but the output head."""
 
@@ -205,6 +215,7 @@ class OptimConfig:
     lr: PositiveFloat = 1e-3
     """AdamW learning rate (the tiny model wants ~1e-3; 7B models ~1e-6)."""
     weight_decay: NonNegativeFloat = 0.0
+    """AdamW's decoupled weight decay."""
     grad_clip: NonNegativeFloat = 1.0
     """Clip the global gradient norm to this (0 disables)."""
     micro_batch_size: Positive = 8
@@ -228,6 +239,7 @@ class FinetuneConfig:
     """Supervised passes over conversations (SFT, the warm-up, RFT's fine-tuning)."""
 
     epochs: Positive = 3
+    """Passes over the conversations."""
     batch_size: Positive = 16
     """Conversations per optimizer step; with packing, packed rows per optimizer step."""
     max_tokens: Positive = 4096
@@ -236,6 +248,7 @@ class FinetuneConfig:
     """Pack several conversations into one row of at most `pack_tokens` tokens, with
     attention that stays inside each conversation (block-diagonal causal mask)."""
     pack_tokens: Positive = 2048
+    """Longest packed row, with `packing` (at least `max_tokens`)."""
     context_loss_weight: NonNegativeFloat = 0.0
     """Also train on predicting the other tokens (observations, chat markup), each weighted
     this much against a reply token's 1 (0: replies only, as SFT usually is). Observations
@@ -283,6 +296,7 @@ class EvalConfig:
     """Evaluation on the first `episodes` items of `env.eval_split` (0 = none)."""
 
     episodes: NonNegative = 90
+    """Items evaluated, the first of the eval split in order (0: none)."""
     samples: Positive = 1
     """Episodes per item: Avg@n over them, Pass@k with k = samples."""
     max_turns: Positive | None = None
@@ -301,8 +315,11 @@ class SampleConfig:
     training items drawn at random (seeded)."""
 
     items: Positive = 64
+    """Training items sampled."""
     samples_per_item: Positive = 4
+    """Episodes sampled on each item."""
     temperature: NonNegativeFloat = 1.0
+    """Sampling temperature (0: greedy)."""
     max_turns: Positive | None = None
     """Turn limit of sampled episodes (null: the environment's)."""
 
