@@ -25,8 +25,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest, importlinter"
 	touch $@
 
+# --overwrite: a second `make demo` trains the demo afresh instead of refusing runs/quickstart.
 demo: $(VENV)/.installed
-	$(BIN)/agentgym-rl quickstart
+	$(BIN)/agentgym-rl quickstart --overwrite
 
 # Chromium and Java from Debian's packages, when missing (scripts/system-packages.sh).
 system-packages:

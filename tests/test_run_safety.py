@@ -272,3 +272,28 @@ def test_a_full_disk_under_tensorboard_is_one_warning_and_one_error_line(tmp_pat
     said = capfd.readouterr().err
     assert "warning: TensorBoard could not write its event file (No space left on device)" in said
     assert "Traceback" not in said
+
+
+def test_overwrite_starts_a_held_run_folder_afresh_and_never_deletes_the_working_directory(
+        tmp_path, counter_env_registered, monkeypatch):
+    from types import SimpleNamespace
+
+    from agentgym_rl.runs import start_run
+
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    with pytest.raises(UserError, match="already holds a run; use --resume or a new run.name, or --overwrite"):
+        RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    (tmp_path / "toy" / "stale.txt").write_text("from the run before")
+    result = run("train", str(REPO / "configs" / "babyai_grpo.yaml"), *TOY, f"run.output_dir={tmp_path}",
+                 "run.name=toy", "train.steps=2", "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "toy" / "stale.txt").exists()
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    both = run("train", str(REPO / "configs" / "babyai_grpo.yaml"), *TOY, f"run.output_dir={tmp_path}",
+               "run.name=toy", "--overwrite", "--resume")
+    assert both.returncode == 2 and "give one of them" in both.stderr
+    monkeypatch.chdir(tmp_path / "toy")
+    with pytest.raises(UserError, match="holds the working directory"):
+        start_run(Path("."), SimpleNamespace(run=SimpleNamespace(overwrite=True)))
+    assert (tmp_path / "toy" / "metrics.jsonl").exists()

@@ -373,6 +373,12 @@ def report(run_dir: Path = typer.Argument(..., help="A run folder.")) -> None:
 # The trainers' commands: a YAML config and key.sub=value overrides of it.
 CONFIG = typer.Argument(..., help="YAML config (see configs/).")
 CONFIG_OVERRIDES = typer.Argument(None, help="key.sub=value overrides of the config.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Start afresh in a run folder that already holds a run, "
+                         "deleting what it holds (run.overwrite=true).")
+
+
+def _with_overwrite(overrides: Optional[List[str]], overwrite: bool) -> list[str]:
+    return [*(overrides or []), *(["run.overwrite=true"] if overwrite else [])]
 
 
 @app.command("config")
@@ -394,6 +400,7 @@ def train(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Train with online RL (GRPO + ScalingInter-RL by default). Under `torchrun --nproc_per_node N
     -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py).
@@ -403,7 +410,9 @@ def train(
     from .train import distributed
     from .train.rl import RLTrainer
 
-    train_config = load_config(RLConfig, config, overrides or [])
+    if resume and overwrite:
+        raise UserError("--resume continues a run and --overwrite deletes it: give one of them")
+    train_config = load_config(RLConfig, config, _with_overwrite(overrides, overwrite))
     trainer = RLTrainer(train_config)
     try:
         trainer.fit(resume=resume)
@@ -416,11 +425,12 @@ def train(
 @app.command()
 def quickstart(
     overrides: Optional[List[str]] = typer.Argument(None, help="key.sub=value overrides of the quickstart config."),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Build a tiny model, warm it up, train it with GRPO on BabyAI, and compare before/after."""
     from .quickstart import run_quickstart
 
-    run_quickstart(overrides or [])
+    run_quickstart(_with_overwrite(overrides, overwrite))
 
 
 @app.command()
@@ -489,12 +499,13 @@ def collect(
 def sft(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
     from .config import SFTConfig, load_config
     from .train.sft import SFTTrainer
 
-    result = SFTTrainer(load_config(SFTConfig, config, overrides or [])).fit()
+    result = SFTTrainer(load_config(SFTConfig, config, _with_overwrite(overrides, overwrite))).fit()
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -502,12 +513,13 @@ def sft(
 def dpo(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
     from .config import DPOConfig, load_config
     from .train.dpo import DPOTrainer
 
-    result = DPOTrainer(load_config(DPOConfig, config, overrides or [])).fit()
+    result = DPOTrainer(load_config(DPOConfig, config, _with_overwrite(overrides, overwrite))).fit()
     if result["before"] is not None:
         typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
@@ -517,12 +529,13 @@ def dpo(
 def rft(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
     from .config import RFTConfig, load_config
     from .train.rft import RFTTrainer
 
-    trainer = RFTTrainer(load_config(RFTConfig, config, overrides or []))
+    trainer = RFTTrainer(load_config(RFTConfig, config, _with_overwrite(overrides, overwrite)))
     records = trainer.fit()
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:

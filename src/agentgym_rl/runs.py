@@ -48,11 +48,28 @@ def holds_run(run_dir: str | Path) -> bool:
 
 
 def start_run(run_dir: str | Path, config: Any, hint: str = "choose a new run.name") -> None:
-    """Create the run folder and write `config.yaml`; refuse a folder that holds a run."""
+    """Create the run folder and write `config.yaml`; a folder that holds a run is refused, or
+    emptied first when the config says `run.overwrite`."""
     run_dir = Path(run_dir)
     if holds_run(run_dir):
-        raise UserError(f"run folder {str(run_dir)!r} already holds a run; {hint}")
+        if not getattr(getattr(config, "run", None), "overwrite", False):
+            raise UserError(f"run folder {str(run_dir)!r} already holds a run; {hint}, or --overwrite "
+                            "(run.overwrite=true) to start it afresh")
+        _clear_run(run_dir)
     write_config(run_dir, config)
+
+
+def _clear_run(run_dir: Path) -> None:
+    """Delete a run folder's contents for `run.overwrite`; never a folder that holds the working
+    directory or the home folder (a run.name of "." would name one)."""
+    real = run_dir.resolve()
+    if any(real == place or real in place.parents for place in (Path.cwd().resolve(), Path.home().resolve())):
+        raise UserError(f"--overwrite would delete {str(run_dir)!r}, which holds the working directory or the home "
+                        "folder; choose a run.name of its own")
+    try:
+        shutil.rmtree(run_dir)
+    except OSError as error:
+        raise UserError(f"cannot empty {str(run_dir)!r} for --overwrite: {error.strerror or error}") from None
 
 
 def write_config(run_dir: str | Path, config: Any) -> None:

@@ -50,6 +50,9 @@ class RunConfig:
     all-reduced), or "fsdp", 1/world of the parameters, gradients and optimizer state each
     (FSDP2), for models that do not fit one device. A process outside `torchrun` ignores it;
     `torchrun --nproc_per_node 1` shards over its one rank (scripts/gpu-check.sh does)."""
+    overwrite: bool = False
+    """Start afresh in a run folder that already holds a run, deleting what it holds (the
+    commands' `--overwrite`); false refuses such a folder (`--resume` continues it instead)."""
 
     @property
     def dir(self) -> Path:
