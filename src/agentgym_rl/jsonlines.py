@@ -23,18 +23,17 @@ def read_json_lines(path: str | Path, warn: Callable[[str], object] = _stderr) -
     parse is a `UserError` naming the file and line.
     """
     source = Path(path)
-    text = source.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
     values = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            values.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines):  # no newline after it: the write of this line never finished
-                warn(f"warning: {source} ends in an unfinished line ({len(line)} characters, written when the "
-                     "process was stopped?); it is skipped")
-                break
-            raise UserError(f"{source}:{number}: not JSON ({error.msg}); fix or remove that line") from None
+    with source.open(encoding="utf-8", errors="replace") as lines:  # line by line: trajectory files grow large
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                values.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                if not line.endswith("\n"):  # the last line, and its write never finished
+                    warn(f"warning: {source} ends in an unfinished line ({len(line)} characters, written when the "
+                         "process was stopped?); it is skipped")
+                    break
+                raise UserError(f"{source}:{number}: not JSON ({error.msg}); fix or remove that line") from None
     return values
