@@ -69,6 +69,10 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     summary = json.loads((run_dir / "eval.json").read_text())
     assert summary["episodes"] == 2 and summary["temperature"] == 0.0
     assert summary["policy"] == str(run_dir / "checkpoints" / "step_000004" / "model")
+    # A run folder given as the policy is played as with --run.
+    result = run("eval", "--policy", str(run_dir), "--json", str(run_dir / "eval_policy.json"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads((run_dir / "eval_policy.json").read_text()) | {"seconds": 0} == summary | {"seconds": 0}
 
 
 ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]

@@ -70,7 +70,8 @@ FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval
              "--listed-actions-only": "eval.listed_actions_only"}
 
 POLICY = typer.Option(None, help="'expert', 'random', a local model folder (a run's checkpoint brings its "
-                      "run's env and rollout settings) or a named model (`agentgym-rl models list`).")
+                      "run's env and rollout settings), a run folder (its newest checkpoint, as --run) or a named "
+                      "model (`agentgym-rl models list`).")
 ENV = typer.Option(None, help="Environment id (see `agentgym-rl envs`): env.id.")
 EPISODES = typer.Option(None, help="First N items of the split (eval.episodes; default: all).")
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
@@ -99,6 +100,9 @@ def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_ar
     from .runs import latest_model, played_settings, run_of
 
     data: dict = {}
+    if run is None and policy not in (None, "expert", "random") and (Path(policy) / "config.yaml").is_file() \
+            and not (Path(policy) / "config.json").is_file():
+        run, policy = Path(policy), None  # a run folder given as the policy: its newest checkpoint, as --run
     source = run or (run_of(policy) if policy not in (None, "expert", "random") else None)
     if source is not None:
         settings = played_settings(source)
