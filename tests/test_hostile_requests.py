@@ -30,7 +30,6 @@ from agentgym_rl.server.model_server import create_model_app
 from agentgym_rl.server.retriever import create_retriever_app
 from agentgym_rl.ui.app import create_app as create_viewer
 
-REPO = Path(__file__).resolve().parents[1]
 REQUESTS_PER_APP = 1000
 
 # Values that break a field: wrong types, numbers JSON cannot hold, text that is not Unicode.
@@ -46,7 +45,7 @@ def _raw_json(body: dict, rng: random.Random) -> bytes:
     return text.encode()
 
 
-def hostile_request(rng: random.Random, method: str, path: str, body: dict | None) -> dict:
+def hostile_request(rng: random.Random, body: dict | None) -> dict:
     """httpx request arguments: the route's valid `body`, broken one of several ways."""
     kind = rng.randrange(9)
     if kind == 0 or body is None:
@@ -77,7 +76,7 @@ def fuzz(client: TestClient, routes: list[tuple[str, str, dict | None]], seed: i
     for _ in range(count):
         method, path, body = rng.choice(routes)
         path = path.replace("{id}", str(rng.choice([1, 2, 0, -1, 10**30, "abc", "1e309", "%F0%9F", "1;2"])))
-        kwargs = hostile_request(rng, method, path, body) if method in ("POST", "PUT") else {}
+        kwargs = hostile_request(rng, body) if method in ("POST", "PUT") else {}
         if method == "GET" and rng.random() < 0.5:
             kwargs["params"] = {rng.choice(["step", "line", "split", "offset", "limit", "success"]):
                                 rng.choice(["-1", "1e309", "x", "\x00", "9" * 40, "true"])}
@@ -98,6 +97,12 @@ def model_dir(tmp_path_factory):
     return build_tiny(CORPUS * 3, tmp_path_factory.mktemp("hostile") / "model", TINY)
 
 
+@pytest.fixture(scope="module")
+def loaded(model_dir):
+    model, tokenizer = load_model_and_tokenizer(model_dir)
+    return model.eval(), tokenizer
+
+
 ENV_ROUTES = [("GET", "/health", None), ("GET", "/v1/status", None), ("GET", "/v1/info", None),
               ("POST", "/v1/envs", None), ("POST", "/v1/envs/{id}/reset", {"item_id": 3, "seed": 1}),
               ("POST", "/v1/envs/{id}/step", {"action": "go forward"}), ("GET", "/v1/envs/{id}/available_actions", None),
@@ -115,9 +120,9 @@ def test_the_env_server_answers_hostile_requests_with_4xx():
     assert fuzz(client, ENV_ROUTES, seed=1, count=REQUESTS_PER_APP) == []
 
 
-def test_the_model_server_answers_hostile_requests_with_4xx(model_dir):
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    client = TestClient(create_model_app(model.eval(), tokenizer, "tiny"))
+def test_the_model_server_answers_hostile_requests_with_4xx(loaded):
+    model, tokenizer = loaded
+    client = TestClient(create_model_app(model, tokenizer, "tiny"))
     routes = [("GET", "/health", None), ("GET", "/v1/models", None),
               ("POST", "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 2, "temperature": 1.0, "logprobs": 1,
                                            "stop_token_ids": [3], "return_tokens_as_token_ids": True}),
@@ -215,9 +220,9 @@ def test_a_malformed_body_is_answered_with_an_excerpt_not_an_echo():
         assert answer.status_code == 422, answer.text
 
 
-def test_a_token_guards_every_route_of_the_model_server_but_a_bare_health(model_dir):
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    client = TestClient(create_model_app(model.eval(), tokenizer, "tiny", token="s3cret"))
+def test_a_token_guards_every_route_of_the_model_server_but_a_bare_health(loaded):
+    model, tokenizer = loaded
+    client = TestClient(create_model_app(model, tokenizer, "tiny", token="s3cret"))
     assert client.get("/health").json() == {"status": "ok"}  # alive, and nothing more
     for method, path in [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/v1/chat/completions"),
                          ("GET", "/docs"), ("GET", "/openapi.json")]:
@@ -226,9 +231,9 @@ def test_a_token_guards_every_route_of_the_model_server_but_a_bare_health(model_
     assert client.get("/v1/models", headers=bearer).json()["data"][0]["id"] == "tiny"
 
 
-def test_the_model_server_refuses_what_it_cannot_sample(model_dir):
-    model, tokenizer = load_model_and_tokenizer(model_dir)
-    client = TestClient(create_model_app(model.eval(), tokenizer, "tiny"))
+def test_the_model_server_refuses_what_it_cannot_sample(loaded):
+    model, tokenizer = loaded
+    client = TestClient(create_model_app(model, tokenizer, "tiny"))
     context = model.config.max_position_embeddings
     too_long = client.post("/v1/completions", json={"prompt": [5] * context, "max_tokens": 1})
     assert too_long.status_code == 422 and f"context of {context} tokens" in too_long.text

@@ -97,10 +97,10 @@ def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_ar
     saw the environment in training); the flags; then the `key=value` overrides.
     """
     from .config import PlayConfig, apply_override, from_dict, set_key
-    from .runs import latest_model, played_settings, run_of
+    from .runs import CONFIG, latest_model, played_settings, run_of
 
     data: dict = {}
-    if run is None and policy not in (None, "expert", "random") and (Path(policy) / "config.yaml").is_file() \
+    if run is None and policy not in (None, "expert", "random") and (Path(policy) / CONFIG).is_file() \
             and not (Path(policy) / "config.json").is_file():
         run, policy = Path(policy), None  # a run folder given as the policy: its newest checkpoint, as --run
     source = run or (run_of(policy) if policy not in (None, "expert", "random") else None)

@@ -14,6 +14,7 @@ puts in front of its routes, so that hostile or careless requests get a 4xx and 
 from __future__ import annotations
 
 import hmac
+import json
 from typing import Annotated, Any, Iterable
 
 from pydantic import AfterValidator
@@ -45,8 +46,6 @@ Text = Annotated[str, AfterValidator(_valid_unicode)]
 
 
 def _json_reply(status: int, detail: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> tuple[dict, dict]:
-    import json
-
     body = json.dumps({"detail": detail}).encode()
     start = {"type": "http.response.start", "status": status,
              "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

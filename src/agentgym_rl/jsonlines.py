@@ -11,11 +11,12 @@ from typing import Any, Callable
 from .errors import UserError
 
 
-def _stderr(message: str) -> None:
+def warn_on_stderr(message: str) -> None:
+    """Where the readers of run files say what they skipped, unless told otherwise."""
     print(message, file=sys.stderr)
 
 
-def read_json_lines(path: str | Path, warn: Callable[[str], object] = _stderr) -> list[Any]:
+def read_json_lines(path: str | Path, warn: Callable[[str], object] = warn_on_stderr) -> list[Any]:
     """The JSON value of every non-empty line of `path`.
 
     A last line without its newline that does not parse is what a write cut short leaves: it

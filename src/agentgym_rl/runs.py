@@ -34,7 +34,7 @@ import yaml
 from .agent.loading import model_damage
 from .config import PLAYED_SECTIONS, load_yaml, to_dict
 from .errors import UserError
-from .jsonlines import read_json_lines
+from .jsonlines import read_json_lines, warn_on_stderr
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
@@ -91,10 +91,6 @@ DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 """What writing a run meets when its disk is full, over quota or read-only."""
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
 def check_writable(run_dir: Path, doing: str) -> None:
     """A `UserError` saying so when `run_dir` cannot be written (before any work that would)."""
     probe = run_dir / f".write-check-{os.getpid()}"
@@ -141,7 +137,7 @@ def run_of(model_dir: str | Path) -> Path | None:
     return None
 
 
-def latest_model(run_dir: str | Path, log: Callable[[str], object] = _stderr) -> Path:
+def latest_model(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr) -> Path:
     """The model folder of a run's newest checkpoint: `final/` (SFT, DPO), else the highest
     `step_N/` (RL) or `round_N/` (RFT). A damaged one (a write cut short) is passed over with a
     warning for the one before it, as `train --resume` does."""

@@ -21,12 +21,13 @@ from urllib.parse import urlsplit
 from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
 from ..errors import UserError
-from ..http_guards import excerpt
+from ..http_guards import LOOPBACK_HOSTS, excerpt
 from ..runs import latest_model, played_settings
 from .index import within
 
 MAX_ACTION_CHARS = 10_000
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAMES = tuple(host.strip("[]") for host in LOOPBACK_HOSTS)
+"""This machine's names as `urlsplit` gives a host (an IPv6 address without its brackets)."""
 MAX_SESSIONS = 8
 """Sessions kept alive; starting one more closes the least recently used."""
 
