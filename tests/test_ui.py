@@ -3,11 +3,13 @@ BabyAI training run through the CLI: the API by hand, then the pages in headless
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -255,10 +257,28 @@ def page(runs_dir):
 
     shutil.rmtree(ARTIFACTS, ignore_errors=True)
     ARTIFACTS.mkdir(parents=True)
-    with serving_app(create_app(runs_dir)) as url, sync_playwright() as playwright:
+    app = create_app(runs_dir)
+    slow_reply_sent = threading.Event()
+
+    @app.middleware("http")
+    async def answer_the_unfiltered_split_late(request, call_next):
+        # Choosing a split and then a step sends two requests; the first is held back so
+        # that its reply arrives last, as it can on a busy server.
+        query = request.query_params
+        held = request.url.path.endswith("/trajectories") and query.get("split") == "trajectories" \
+            and "step" not in query
+        if held:
+            await asyncio.sleep(1.0)
+        response = await call_next(request)
+        if held:
+            slow_reply_sent.set()
+        return response
+
+    with serving_app(app) as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=find_chromium(), args=LAUNCH_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.base_url = url
+        page.slow_reply_sent = slow_reply_sent
         yield page
         browser.close()
 
@@ -283,7 +303,9 @@ def test_pages_load_filter_replay_and_play_in_chromium(page, runs_dir):
     page.select_option("#t-split", "trajectories")
     page.select_option("#t-step", "1")
     page.wait_for_function("document.querySelector('[data-testid=t-count]').textContent.startsWith('5 ')")
-    assert count.inner_text().startswith("5 ")
+    assert page.slow_reply_sent.wait(timeout=30)
+    page.wait_for_timeout(300)  # time for the late reply to reach the page
+    assert count.inner_text().startswith("5 ")  # the late reply to the earlier filter was dropped
 
     page.locator("[data-testid=t-table] tbody tr").first.click()
     turns = page.locator("[data-testid=pane-a] [data-testid=turns] > li")

@@ -162,13 +162,18 @@ async function loadTrajectoryRun() {
   await loadTrajectories();
 }
 
+// Filters fire one request each; a slow earlier reply must not overwrite a later one.
+let trajectoryRequest = 0;
+
 async function loadTrajectories() {
+  const request = ++trajectoryRequest;
   const query = new URLSearchParams({ offset: state.page * state.pageSize, limit: state.pageSize });
   const filters = { split: "t-split", step: "t-step", env: "t-env", item: "t-item", category: "t-category",
     success: "t-success" };
   for (const [key, id] of Object.entries(filters)) if ($(id).value) query.set(key, $(id).value.trim());
   const name = $("t-run").value;
   const body = await api(`/api/runs/${encodeURIComponent(name)}/trajectories?${query}`);
+  if (request !== trajectoryRequest) return;
   const chosen = $("t-category").value;
   $("t-category").replaceChildren(el("option", { value: "" }, "all"), ...body.categories.map((c) => el("option", { value: c }, c)));
   $("t-category").value = chosen;
@@ -256,11 +261,15 @@ async function loadEnvs() {
   await loadItems();
 }
 
+let itemsRequest = 0;
+
 async function loadItems() {
+  const request = ++itemsRequest;
   $("p-item").replaceChildren();
   const query = new URLSearchParams({ split: $("p-split").value });
   try {
     const body = await api(`/api/envs/${encodeURIComponent($("p-env").value)}/tasks?${query}`);
+    if (request !== itemsRequest) return;  // an env or split chosen since has its own reply
     $("p-item").replaceChildren(...body.tasks.slice(0, 500).map((t) => el("option", { value: t.item_id }, `${t.item_id} (${t.category})`)));
   } catch (error) { /* shown in the error line */ }
 }
