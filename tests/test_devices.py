@@ -78,3 +78,20 @@ def test_devices_resolve_or_fail_with_one_line():
             resolve_device(load_config(SFTConfig, None, ["run.device=cuda"]).run.device)
     with pytest.raises(UserError, match="input should be 'cpu', 'cuda' or 'auto'"):
         load_config(SFTConfig, None, ["run.device=tpu"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_torchrun_reads_run_device_as_the_model_does(monkeypatch):
+    """Under torchrun, run.device=cuda without a GPU is the same one-line error as in one process,
+    not a gloo group whose model then fails to load (auto still joins on gloo)."""
+    from agentgym_rl.train import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    joined = []
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend, **_: joined.append(backend))
+    monkeypatch.setattr(distributed.dist, "get_rank", lambda: 0)
+    monkeypatch.setattr(distributed.dist, "get_world_size", lambda: 2)
+    with pytest.raises(UserError, match="run.device is cuda but torch sees no CUDA device"):
+        distributed.start("cuda")
+    assert joined == []
+    assert distributed.start("auto") == (0, 2) and joined == ["gloo"]

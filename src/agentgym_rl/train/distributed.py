@@ -33,7 +33,10 @@ def start(device: str) -> tuple[int, int]:
     if world <= 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
         return 0, 1
     if not dist.is_initialized():
-        gpu = device != "cpu" and torch.cuda.is_available()
+        from ..agent.loading import resolve_device
+
+        # Read as the model's device is: "cuda" without a GPU is the user's mistake, not gloo.
+        gpu = resolve_device(device).type == "cuda"
         if gpu:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if gpu else "gloo", timeout=TIMEOUT)
