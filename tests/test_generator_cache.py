@@ -258,3 +258,38 @@ def test_one_long_prompt_does_not_widen_every_rows_prefill(tiny_tokenizer, monke
             assert a.logprobs == pytest.approx(c.logprobs, abs=1e-4)
     assert split_gen.reused_columns == padded_gen.reused_columns > 0
     assert split_gen.prefilled_columns < 0.6 * padded_gen.prefilled_columns
+
+
+def test_a_continued_cache_holds_no_column_that_no_row_attends_to(tiny_tokenizer, monkeypatch):
+    """Replies of different lengths, observations of different lengths and an episode that
+    ends leave padding in the batch; continuing it re-packs every row to its real columns, so
+    the cached width is the longest row's real history, and each layer keeps one buffer."""
+    from agentgym_rl.agent.kv_cache import AppendLayer
+
+    model = _model(tiny_tokenizer)
+    generator = HFGenerator(model, tiny_tokenizer.pad_token_id, _stop_ids(tiny_tokenizer, model), 0.0, threads=1)
+    seen = []
+    original = HFGenerator._generate_batch
+
+    def record(self, prompts, max_new_tokens, input_ids, attention, cache, allowed=None):
+        if cache is not None:
+            cached = cache.get_seq_length()
+            seen.append((attention[:, :cached].clone(), cache))
+            for layer in cache.layers:
+                assert isinstance(layer, AppendLayer)
+                assert layer.keys.data_ptr() == layer._key_buffer.data_ptr()
+                assert layer.values.data_ptr() == layer._value_buffer.data_ptr()
+        return original(self, prompts, max_new_tokens, input_ids, attention, cache, allowed)
+
+    monkeypatch.setattr(HFGenerator, "_generate_batch", record)
+    cached = _play(generator, tiny_tokenizer, turns=5)
+    assert len(seen) == 4
+    for kept_mask, _ in seen:
+        assert bool(kept_mask.any(dim=0).all())  # every cached column is real in some row
+        real = kept_mask.sum(dim=1)
+        assert kept_mask.shape[1] == int(real.max())
+        for row, count in enumerate(real.tolist()):  # left-packed: padding, then the real columns
+            assert kept_mask[row].tolist() == [0] * (kept_mask.shape[1] - count) + [1] * count
+    monkeypatch.undo()
+    _assert_same(cached, _play(HFGenerator(model, tiny_tokenizer.pad_token_id, _stop_ids(tiny_tokenizer, model),
+                                           0.0, reuse_cache=False, threads=1), tiny_tokenizer, turns=5))

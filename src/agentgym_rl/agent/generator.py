@@ -13,11 +13,6 @@ from typing import Any, Callable, Protocol
 from .constrained import AllowedReplies
 from .threads import StepTimer, shared_chooser
 
-# A continued batch keeps every column of the previous turn, including middle padding, rows'
-# stop-to-end padding and the columns of episodes that finished. Once it is this many times wider
-# than its longest prompt, attending over the dead columns costs more than prefilling afresh.
-MAX_WIDTH_RATIO = 2.0
-
 # Left padding makes every row of a prefill as wide as its longest prompt (or, continuing a cache,
 # its longest new suffix). When leaving the rows that are only padding out of the first columns
 # saves at least this share of the prefill's columns, those columns are run as a separate
@@ -96,10 +91,11 @@ class HFGenerator:
     extend no row (a new episode) join as rows that attend to none of the cached columns. So that
     one long prompt or suffix does not widen every row's prefill, the leading columns where most
     rows hold only padding are run first for the rows that have tokens there (`_prefill_head`).
-    A batch with no match, one over `batch_size` prompts, or one grown too wide is prefilled
-    afresh. Call `reset()` whenever the weights change (the rollout engine does, per run).
-    A fresh prefill starts from `kv_cache.appending_cache`, which writes each decoding step into
-    spare columns instead of copying the cache.
+    A continued cache is re-packed first (`_continue`), so a padding column no row attends to
+    never stays in it. A batch with no match or over `batch_size` prompts is prefilled afresh.
+    Call `reset()` whenever the weights change (the rollout engine does, per run). A fresh
+    prefill starts from `kv_cache.appending_cache`, which writes each decoding step into spare
+    columns instead of copying the cache.
 
     Args:
         model: a `transformers` causal LM: the learner's own (the default: nothing to copy) or a
@@ -177,7 +173,7 @@ class HFGenerator:
         if not prompts:
             return []
         keep = self.reuse_cache and len(prompts) <= self.batch_size
-        continued = self._continue(prompts) if keep else None
+        continued = self._continue(prompts, max_new_tokens) if keep else None
         self._last = None  # freed before the next batch's cache is built
         if continued is not None:
             generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued, allowed)
@@ -209,18 +205,24 @@ class HFGenerator:
         device = next(self.model.parameters()).device
         return input_ids.to(device), attention.to(device), None
 
-    def _continue(self, prompts: list[list[int]]) -> tuple[Any, Any, Any] | None:
+    def _continue(self, prompts: list[list[int]], max_new_tokens: int) -> tuple[Any, Any, Any] | None:
         """Input ids, attention mask and cache that continue the kept batch, or None to prefill.
 
         Each prompt takes the longest unused kept row that is a proper prefix of it; the rows of
-        episodes that ended are dropped. Returns:
-            input_ids, attention: (B, C + S) — the kept rows' C cached columns, then each
-                prompt's ids after them left-padded to the longest, S; a prompt extending no row
-                gets a copy of some row's columns, masked out entirely, and its whole prompt as
-                new ids.
-            cache: the kept cache with its rows selected in prompt order.
+        episodes that ended are dropped, and each kept row is re-packed to its real cached columns,
+        left-padded to the most any row has (`kv_cache.select_columns`): the middle padding of
+        earlier turns and the pads after stop tokens leave the cache, so its width follows the
+        longest live conversation, not every turn's widest reply and observation.
+        Returns:
+            input_ids, attention: (B, C + S) — C re-packed cached columns, then each prompt's
+                ids after them left-padded to the longest, S; a prompt extending no row has its
+                C columns masked out entirely and its whole prompt as new ids.
+            cache: the kept cache, re-packed in place, with room for the S new columns and the
+                replies.
         """
         import torch
+
+        from .kv_cache import select_columns
 
         last = self._last
         if last is None:
@@ -239,20 +241,21 @@ class HFGenerator:
         # The cache lacks the last column (the last sampled id is never run through the model):
         # the columns kept are the cached ones, and a row's real ids after them join its suffix.
         cached = last.cache.get_seq_length()
-        kept_ids = last.mask[:, :cached].sum(dim=1).tolist()
-        suffixes = [prompt if r is None else prompt[kept_ids[r]:] for prompt, r in zip(prompts, matches)]
-        width = cached + max(len(s) for s in suffixes)
-        if width > MAX_WIDTH_RATIO * max(len(p) for p in prompts):
-            return None
+        real = [[] if r is None else last.mask[r, :cached].nonzero().squeeze(1).tolist() for r in matches]
+        kept = max(len(columns) for columns in real)
+        suffixes = [prompt[len(columns):] for prompt, columns in zip(prompts, real)]
+        suffix_width = max(len(s) for s in suffixes)
         device = last.sequences.device
         rows = torch.tensor([0 if r is None else r for r in matches], dtype=torch.long, device=device)
-        kept_mask = last.mask[rows, :cached] * torch.tensor([[r is not None] for r in matches], dtype=torch.long,
-                                                            device=device)
-        new_ids, new_mask, _ = self._fresh(suffixes)
+        # Left padding points at column 0 of the row: any finite keys will do under a 0 mask.
+        columns = torch.tensor([[0] * (kept - len(c)) + c for c in real], dtype=torch.long, device=device)
+        kept_mask = torch.tensor([[0] * (kept - len(c)) + [1] * len(c) for c in real], dtype=torch.long,
+                                 device=device)
+        kept_ids = last.sequences[rows[:, None], columns].masked_fill(kept_mask == 0, self.pad_id)
         cache = last.cache
-        cache.batch_select_indices(rows)
-        return (torch.cat([last.sequences[rows, :cached], new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1),
-                cache)
+        select_columns(cache, rows, columns, spare=suffix_width + max_new_tokens + 1)
+        new_ids, new_mask, _ = self._fresh(suffixes)
+        return torch.cat([kept_ids, new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1), cache
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, input_ids: Any, attention: Any,
                         cache: Any, allowed: list[list[list[int]]] | None = None

@@ -69,6 +69,38 @@ class AppendLayer(DynamicLayer):
         return self.keys, self.values
 
 
+def select_columns(cache: DynamicCache, rows: torch.Tensor, columns: torch.Tensor, spare: int = SPARE_COLUMNS) -> None:
+    """Keep, in place, the cache's `rows` and in each of them the given `columns`, in order.
+
+    out[b, :, j] = cache[rows[b], :, columns[b, j]]: a continued batch's rows re-packed so that
+    the columns no row attends to (middle padding, finished episodes, pads after a stop token)
+    are dropped. Keys hold their rotary position already, so moving a column changes nothing
+    the attention sees as long as the caller's mask moves with it. Each layer is written into
+    a new buffer with `spare` columns of room and its old buffer released before the next layer
+    (selecting rows with `batch_select_indices` would hold the old and new cache together until
+    the next `update`).
+
+    Args:
+        cache: a `DynamicCache` whose layers are all `DynamicLayer`s or `AppendLayer`s.
+        rows: (B,) the kept row of each new row.
+        columns: (B, L) the kept column of each new column.
+    """
+    for layer in cache.layers:
+        if not layer.is_initialized or layer.keys.dim() != 4:
+            continue
+        for name in ("keys", "values"):
+            old = getattr(layer, name)
+            heads, dim = old.shape[1], old.shape[3]
+            room = spare if isinstance(layer, AppendLayer) else 0
+            buffer = old.new_empty((len(rows), heads, columns.shape[1] + room, dim))
+            # Advanced indices on dims 0 and 2 with a slice between them put the index dims first.
+            buffer[:, :, :columns.shape[1]] = old[rows[:, None], :, columns].permute(0, 2, 1, 3)
+            setattr(layer, name, buffer[:, :, :columns.shape[1]])
+            if isinstance(layer, AppendLayer):
+                setattr(layer, "_key_buffer" if name == "keys" else "_value_buffer", buffer)
+            del old
+
+
 def appending_cache(config: Any) -> DynamicCache:
     """An empty `DynamicCache` for a model with `config`, its full-attention layers `AppendLayer`s
     (sliding-window and other layer kinds are left as transformers builds them)."""
