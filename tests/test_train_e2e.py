@@ -25,18 +25,33 @@ TINY = [
 
 
 def train(tmp_path: Path, name: str, *extra: str, resume: bool = False, config: str = "babyai_grpo.yaml"):
+    return train_with_output(tmp_path, name, *extra, resume=resume, config=config)[0]
+
+
+def train_with_output(tmp_path: Path, name: str, *extra: str, resume: bool = False,
+                      config: str = "babyai_grpo.yaml"):
+    """(run folder, the finished command) of `agentgym-rl train` with the tiny settings."""
     args = ["train", str(REPO / "configs" / config), *TINY, f"run.output_dir={tmp_path}",
             f"run.name={name}", *extra]
     result = run(*args, *(["--resume"] if resume else []))
     assert result.returncode == 0, result.stderr[-3000:]
-    return tmp_path / name
+    return tmp_path / name, result
 
 
 def test_train_writes_a_complete_run_folder(tmp_path):
-    run_dir = train(tmp_path, "full", "train.steps=4", "warmup.thoughts=false")
+    run_dir, result = train_with_output(tmp_path, "full", "train.steps=4", "warmup.thoughts=false")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "train/success" in r]
     assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+    # Captured output (not a terminal): one plain line per step with its figures, no bar.
+    step_lines = [line for line in result.stdout.splitlines() if line.startswith("step ") and "horizon" in line]
+    assert [line.split()[1] for line in step_lines] == ["1/4", "2/4", "3/4", "4/4"]
+    for line, row in zip(step_lines, train_rows):
+        assert f"success {row['train/success']:.2f}" in line and f"reward {row['train/reward']:.3f}" in line
+        assert "tokens/s" in line and row["time/rollout_tokens_per_s"] > 0
+        if "update/loss" in row:
+            assert f"loss {row['update/loss']:.4g}" in line and "grad_norm" in line
+    assert not any(mark in result.stdout + result.stderr for mark in ("\r", "\x1b", "RL:"))
     assert [r["horizon"] for r in train_rows] == [2, 2, 3, 3]  # ScalingInter-RL stages
     assert [r["step"] for r in rows if "val/success" in r] == [0, 2, 4]
     assert (run_dir / "config.yaml").is_file() and (run_dir / "report" / "training.png").is_file()
@@ -304,3 +319,15 @@ def test_renamed_copies_of_an_env_without_them_are_a_user_error(tmp_path, capsys
                        "warmup.episodes=2", "warmup.augment=1", f"run.output_dir={tmp_path}")
     assert code == 2 and "environment 'web' has no renamed copies" in err and "babyai" in err
     assert not (tmp_path / "web_grpo").exists()  # refused before any work
+
+
+def test_a_step_line_shows_what_the_step_logged():
+    from agentgym_rl.train.console import step_line
+
+    metrics = {"horizon": 8, "train/success": 0.25, "train/reward": 0.3125, "update/loss": -0.012344,
+               "update/grad_norm": 1.2345, "update/clip_fraction": 0.0213, "time/rollout_tokens_per_s": 411.6,
+               "time/rollout_s": 4.0, "time/update_s": 2.06}
+    assert step_line(3, 30, metrics) == ("step 3/30  horizon 8  success 0.25  reward 0.312  loss -0.01234  "
+                                         "grad_norm 1.23  clip 0.021  tokens/s 412  6.1 s")
+    # A step that updated nothing has no loss: left out, not printed as 0.
+    assert step_line(1, 2, {"horizon": 2, "train/success": 0.0}) == "step 1/2  horizon 2  success 0.00  0.0 s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional
@@ -13,6 +14,15 @@ from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Train LLM agents on multi-turn environments with reinforcement learning.")
+
+
+@app.callback()
+def _options(verbose: bool = typer.Option(
+        False, "--verbose", help="Also show transformers' progress bars and warnings (hidden by default: our own "
+        "lines say what happens).")) -> None:
+    if not verbose:  # read when transformers is imported, which every command does lazily, after this
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 @app.command()

@@ -146,10 +146,10 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         _check_listable(make_env, tasks[0], seed, "replies cannot be restricted to them (BabyAI lists them with "
                         "env.kwargs.list_actions=true)")
     engine = RolloutEngine(make_env, rollout)
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
-    with engine, tqdm(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
-                      disable=not progress) as bar:
+    with engine, progress_bar(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
+                              disable=not progress) as bar:
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,

@@ -201,12 +201,12 @@ def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool =
                 "max_turns": {env_id: max_turns(env_id, config) for env_id in env_ids}}
     _claim(out, settings)
     run_passes = passes(config)
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     results: dict[str, Any] = {**settings, "envs": {}}
     total = sum(_item_count(env_id, config) * p.samples for env_id in env_ids for p in run_passes)
     policies = Policies(policy, config)
-    with tqdm(total=total, unit="ep", desc="bench-agent", disable=not show_progress) as bar:
+    with progress_bar(total=total, unit="ep", desc="bench-agent", disable=not show_progress) as bar:
         for env_id in env_ids:
             played: dict[str, tuple[list[Trajectory], dict]] = {}
             try:

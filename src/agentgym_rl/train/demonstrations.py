@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-from tqdm import tqdm
+from ..progress import progress_bar
 
 from ..agent.chat import ChatEncoder
 from ..config import RolloutConfig, WarmupConfig
@@ -167,7 +167,7 @@ def warm_up(model: Any, tokenizer: Any, demos: list[Trajectory], warmup: WarmupC
     learner = Learner(model, warmup.optim)
     pack_tokens = warmup.pack_tokens if warmup.packing else 0
     batches = warmup.epochs * len(plan_batches([len(t.input_ids) for t in data], warmup.batch_size, pack_tokens))
-    with tqdm(total=batches, desc="warm-up SFT", unit="batch") as bar:
+    with progress_bar(total=batches, desc="warm-up SFT", unit="batch") as bar:
         losses = sft_epochs(learner, data, tokenizer.pad_token_id, warmup.epochs, warmup.batch_size, seed,
                             progress=bar.update, pack_tokens=pack_tokens, lr_schedule=warmup.optim.lr_schedule,
                             warmup_steps=warmup.optim.lr_warmup_steps, context_weight=warmup.context_loss_weight)

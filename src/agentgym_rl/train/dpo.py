@@ -28,7 +28,7 @@ from dataclasses import asdict
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
+from ..progress import progress_bar
 
 from ..agent.chat import ChatEncoder
 from ..algos import dpo_loss, sequence_logprob
@@ -164,7 +164,7 @@ class DPOTrainer(Trainer):
         rng = random.Random(cfg.run.seed)
         step = 0
         per_epoch = -(-len(pairs) // cfg.dpo.batch_size)
-        with tqdm(total=cfg.dpo.epochs * per_epoch, desc="DPO", unit="step") as bar:
+        with progress_bar(total=cfg.dpo.epochs * per_epoch, desc="DPO", unit="step") as bar:
             for epoch in range(cfg.dpo.epochs):
                 order = list(range(len(pairs)))
                 rng.shuffle(order)

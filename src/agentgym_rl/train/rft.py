@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tqdm import tqdm
+from ..progress import progress_bar
 
 from ..config import RFTConfig
 from ..envs import registry
@@ -77,7 +77,7 @@ class RFTTrainer(Trainer):
             if data:
                 steps = cfg.train.epochs * len(plan_batches([len(t.input_ids) for t in data],
                                                             cfg.train.batch_size, pack_tokens))
-                with tqdm(total=steps, desc=f"RFT round {round_}: fine-tuning", unit="step") as bar:
+                with progress_bar(total=steps, desc=f"RFT round {round_}: fine-tuning", unit="step") as bar:
                     losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
                                         seed=seed * 1000 + round_, progress=bar.update, pack_tokens=pack_tokens,
                                         lr_schedule=cfg.optim.lr_schedule, warmup_steps=cfg.optim.lr_warmup_steps,

@@ -28,6 +28,7 @@ from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, DISK_ERRORS, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
 from .batch import TokenBatch, collate
+from .console import step_line
 from .session import Session, Trainer
 
 
@@ -232,18 +233,25 @@ class RLTrainer(Trainer):
     # ------------------------------------------------------------------------- main loop
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
         """Run until `train.steps`; returns the validation summaries logged."""
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         cfg = self.config
         start = self._setup(resume)
         validations = []
         idle: dict[int, str] = {}  # step -> why it updated nothing
+        outer_log = self.log
         try:
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
             if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
                 validations.append(self.validate(0))
-            bar = tqdm(range(start, cfg.train.steps), desc="RL", unit="step", initial=start, total=cfg.train.steps,
-                       disable=not main)
+            bar = progress_bar(range(start, cfg.train.steps), desc="RL", unit="step", initial=start,
+                               total=cfg.train.steps, disable=not main)
+            if not bar.disable:  # lines go above the bar (cleared and redrawn), not into it
+                def above_bar(line: str) -> None:
+                    with type(bar).external_write_mode():
+                        outer_log(line)
+
+                self.log = above_bar
             for step in bar:
                 horizon = self.schedule.horizon(step)
                 began = time.time()
@@ -265,12 +273,16 @@ class RLTrainer(Trainer):
                         self.save(step + 1)
                     continue
                 stats = summarize(trajectories)
-                self.metrics.log(step + 1, {
+                generated = sum(sum(t.loss_mask) for t in trajectories)
+                step_metrics = {
                     "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
                     "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
                     "train/errors": stats["errors"], **update_metrics,
+                    "time/rollout_tokens_per_s": generated / max(rolled - began, 1e-9),
                     "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
-                })
+                }
+                self.metrics.log(step + 1, step_metrics)
+                self.log(step_line(step + 1, cfg.train.steps, step_metrics))
                 bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
                 reason = no_update_reason(update_metrics)
                 if reason is not None:
@@ -288,6 +300,7 @@ class RLTrainer(Trainer):
             raise disk_stop(self.run_dir, error, "go on with `agentgym-rl train CONFIG --resume` (the same run.name)") \
                 from None
         finally:  # the environments kept for reuse (JVMs, server instances) go with the run
+            self.log = outer_log
             self.engine.close()
             self.val_engine.close()
             if self.workers is not None:
@@ -445,12 +458,12 @@ class RLTrainer(Trainer):
     # ------------------------------------------------------------------ validate and save
     def validate(self, step: int) -> dict[str, Any]:
         """Success on held-out items at the evaluation horizon; logged as val/*."""
-        from tqdm import tqdm
+        from ..progress import progress_bar
 
         evaluation = self.config.eval
         horizon = evaluation.max_turns or registry.spec(self.config.env.id).max_turns
         episodes = len(self.val_tasks) * evaluation.samples
-        with tqdm(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
+        with progress_bar(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
                                                seed=self.config.run.seed, progress=bar.update)
         stats = summarize(trajectories)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from tqdm import tqdm
+from ..progress import progress_bar
 
 from ..agent.allocator import set_mmap_threshold
 from ..agent.loading import load_model_and_tokenizer, model_damage, resolve_device
@@ -202,7 +202,7 @@ class Session:
         engine = RolloutEngine(registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout),
                                self.config.rollout)
         horizon = max_turns or registry.spec(env.id).max_turns
-        with engine, tqdm(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
+        with engine, progress_bar(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
                               progress=bar.update)
 
@@ -243,7 +243,7 @@ def _first_model(config: Any, run_dir: Path, device: torch.device, corpus: Calla
         demos = _demonstrations_file(warmup.path, config.env.id, log)
     elif need:
         env = config.env
-        with tqdm(total=need, desc="expert demonstrations", unit="ep") as bar:
+        with progress_bar(total=need, desc="expert demonstrations", unit="ep") as bar:
             demos = collect_expert(env.id, env.train_split, need, seed=config.run.seed, rollout=config.rollout,
                                    env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls,
                                    env_timeout=env.server_timeout, perturb=warmup.perturb if warmup else 0.0)

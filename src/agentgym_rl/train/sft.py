@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from tqdm import tqdm
+from ..progress import progress_bar
 
 from ..agent.chat import ChatEncoder
 from ..config import SFTConfig
@@ -52,7 +52,7 @@ class SFTTrainer(Trainer):
                                 "record per line (docs/DATA_FORMATS.md)")
         else:
             env = self.config.env
-            with tqdm(total=data.episodes, desc=f"expert demonstrations ({env.id})", unit="ep") as bar:
+            with progress_bar(total=data.episodes, desc=f"expert demonstrations ({env.id})", unit="ep") as bar:
                 conversations = collect_expert(env.id, env.train_split, data.episodes, seed=self.config.run.seed,
                                                max_turns=data.max_turns, rollout=self.config.rollout,
                                                env_kwargs=env.kwargs, progress=bar.update, env_urls=env.urls,
@@ -99,7 +99,7 @@ class SFTTrainer(Trainer):
             bar.set_postfix(loss=f"{loss:.3f}")
 
         per_epoch = len(plan_batches([len(t.input_ids) for t in data], cfg.train.batch_size, pack_tokens))
-        with tqdm(total=cfg.train.epochs * per_epoch, desc="SFT", unit="step") as bar:
+        with progress_bar(total=cfg.train.epochs * per_epoch, desc="SFT", unit="step") as bar:
             losses = sft_epochs(learner, data, tokenizer.pad_token_id, cfg.train.epochs, cfg.train.batch_size,
                                 seed=cfg.run.seed, progress=bar.update, pack_tokens=pack_tokens, on_step=on_step,
                                 on_epoch=on_epoch, lr_schedule=cfg.optim.lr_schedule,
