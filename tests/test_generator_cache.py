@@ -293,3 +293,37 @@ def test_a_continued_cache_holds_no_column_that_no_row_attends_to(tiny_tokenizer
     monkeypatch.undo()
     _assert_same(cached, _play(HFGenerator(model, tiny_tokenizer.pad_token_id, _stop_ids(tiny_tokenizer, model),
                                            0.0, reuse_cache=False, threads=1), tiny_tokenizer, turns=5))
+
+
+def test_grouped_heads_attend_without_copying_keys_and_values(tiny_tokenizer, monkeypatch):
+    """SMALL has 2 query heads over 1 key/value head. Left-padded batches always carry a mask,
+    where transformers' "sdpa" copies the key/value heads (`repeat_kv`); the generator's model
+    attends without that copy and gives the same ids and logprobs as "sdpa" does."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    import agentgym_rl.agent.attention as attention
+
+    copied = []
+    original = sdpa.repeat_kv
+    monkeypatch.setattr(sdpa, "repeat_kv", lambda states, n: copied.append(n) or original(states, n))
+    reference_model = _model(tiny_tokenizer)
+    with monkeypatch.context() as patch:  # transformers' own "sdpa", as the model came
+        patch.setattr(attention, "use_grouped_attention", lambda model: None)
+        stop = _stop_ids(tiny_tokenizer, reference_model)
+        reference = _play(HFGenerator(reference_model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1),
+                          tiny_tokenizer)
+    assert reference_model.config._attn_implementation == "sdpa" and copied
+    copied.clear()
+    model = _model(tiny_tokenizer)
+    _assert_same(_play(HFGenerator(model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1), tiny_tokenizer),
+                 reference)
+    assert model.config._attn_implementation == attention.NAME and copied == []
+    # The same model in training computes the same gradients, with and without a padding mask.
+    ids = torch.tensor([tiny_tokenizer.encode(OPENINGS[2])] * 2)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    for m in (model, reference_model):
+        m.zero_grad()
+        m(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
+    for (name, p), q in zip(model.named_parameters(), reference_model.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-6), name

@@ -121,6 +121,9 @@ class HFGenerator:
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
                  batch_size: int = 128, reuse_cache: bool = True, threads: int = 0,
                  stop_when: Callable[[], bool] | None = None):
+        from .attention import use_grouped_attention
+
+        use_grouped_attention(model)  # left-padded batches always have a mask: no key/value copies for it
         self.model = model
         self.stop_when = stop_when
         self.pad_id = pad_id

@@ -1,0 +1,55 @@
+"""Grouped-query attention on the CPU without copying keys and values.
+
+transformers' "sdpa" attention repeats each key/value head for all the query heads that share it
+(`repeat_kv`) whenever an attention mask is given, because CUDA's fast kernels take grouped heads
+only without one. Our batches are left-padded, so every prefill and decoding step has a mask, and
+on the CPU that copy was most of generation's time with SmolLM2 (9 query heads over 3 key/value
+heads): one decoding step's attention over 11 rows × 3,000 cached tokens took 132 ms a layer with
+the copy and 10–18 ms without it, the outputs identical (2026-11-27, 2 busy cores; its benchmark is
+in docs/BENCHMARKS.md). torch's CPU SDPA takes grouped heads with a mask (`enable_gqa`), so
+`use_grouped_attention` points a model at the same attention that passes them through.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAME = "sdpa_grouped_cpu"
+"""The attention implementation `use_grouped_attention` registers and sets."""
+
+
+def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
+                 scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
+    """transformers' SDPA attention, with grouped key/value heads passed through on the CPU.
+
+    Args:
+        query: (B, H, Q, D); key, value: (B, K, L, D) with H a multiple of K.
+        attention_mask: (B, 1, Q, L) as transformers' SDPA mask function makes it, or None.
+    Returns:
+        ((B, Q, H, D) attention output, None), as every transformers attention function.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    grouped = key.shape[1] != query.shape[1]
+    if (query.device.type != "cpu" or attention_mask is None or not grouped
+            or kwargs.get("position_bias") is not None):  # transformers' own handling is as fast there
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
+                                                              dropout_p=dropout, scale=scaling, enable_gqa=True)
+    return output.transpose(1, 2).contiguous(), None
+
+
+def use_grouped_attention(model: Any) -> None:
+    """Make a model that attends with "sdpa" use `grouped_sdpa` (same results, no key/value copy on
+    the CPU); other implementations (eager, flash, a LoRA wrapper's base set otherwise) are left."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    base = getattr(model, "get_base_model", lambda: model)()
+    if getattr(base.config, "_attn_implementation", None) != "sdpa":
+        return
+    AttentionInterface.register(NAME, grouped_sdpa)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+    base.set_attn_implementation(NAME)
