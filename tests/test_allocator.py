@@ -2,41 +2,51 @@
 
 from __future__ import annotations
 
+import ctypes
 import subprocess
 import sys
 
 import pytest
 
-from agentgym_rl.agent.allocator import _mallopt, set_mmap_threshold
+from agentgym_rl.agent.allocator import _libc_function, set_mmap_threshold
 
 # In a process of its own: the threshold holds for the rest of the process that sets it.
 FREED = """
 import sys, torch
-from agentgym_rl.agent.allocator import set_mmap_threshold
+from agentgym_rl.agent.allocator import release_free_memory, set_mmap_threshold
 
 def resident_mib():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 
 assert set_mmap_threshold(int(sys.argv[1])) == (sys.argv[1] != "0")
+trim = sys.argv[2] == "trim"
 # Grow glibc's adaptive threshold past the tensors below first, as a model's first steps do.
 torch.empty(16 << 20, dtype=torch.uint8).fill_(1)  # allocated and freed at once
 base = resident_mib()
 pieces = [torch.empty((3 + i % 5) << 20, dtype=torch.uint8).fill_(1) for i in range(60)]
 held = resident_mib() - base
 del pieces[::2]  # every other piece: the heap cannot shrink from its top
+if trim:
+    assert release_free_memory()
 print(round(held), round(resident_mib() - base))
 """
 
 
-@pytest.mark.skipif(_mallopt() is None or sys.platform != "linux", reason="glibc's mallopt on Linux")
-def test_with_a_threshold_freed_tensors_leave_the_process():
-    def run(kilobytes: int) -> tuple[int, int]:
-        result = subprocess.run([sys.executable, "-c", FREED, str(kilobytes)], capture_output=True, text=True,
-                                timeout=60)
-        assert result.returncode == 0, result.stderr
-        held, after = map(int, result.stdout.split())
-        return held, after
+GLIBC = pytest.mark.skipif(_libc_function("malloc_trim", (ctypes.c_size_t,)) is None or sys.platform != "linux",
+                           reason="glibc's malloc on Linux")
 
+
+def run(kilobytes: int, trim: bool = False) -> tuple[int, int]:
+    """(MiB held by 60 pieces of 3-7 MiB, MiB still resident after freeing every other one)."""
+    result = subprocess.run([sys.executable, "-c", FREED, str(kilobytes), "trim" if trim else "keep"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    held, after = map(int, result.stdout.split())
+    return held, after
+
+
+@GLIBC
+def test_with_a_threshold_freed_tensors_leave_the_process():
     held, kept_by_default = run(0)
     assert held > 250 and kept_by_default > 0.9 * held  # the heap keeps the freed half
     held, kept_with_threshold = run(1024)
@@ -45,3 +55,10 @@ def test_with_a_threshold_freed_tensors_leave_the_process():
 
 def test_zero_leaves_the_default():
     assert set_mmap_threshold(0) is False
+
+
+@GLIBC
+def test_releasing_free_memory_hands_the_heaps_holes_back():
+    """What the generator does after every turn, with glibc's own threshold."""
+    held, kept = run(0, trim=True)
+    assert held > 250 and kept < 0.6 * held
