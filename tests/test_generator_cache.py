@@ -327,3 +327,32 @@ def test_grouped_heads_attend_without_copying_keys_and_values(tiny_tokenizer, mo
         m(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
     for (name, p), q in zip(model.named_parameters(), reference_model.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=1e-6), name
+
+
+def test_a_continued_head_is_a_few_rows_or_none(tiny_tokenizer, monkeypatch):
+    """The head's rows run on a copy of their cached keys and values: with one long observation
+    among four rows the head is that row; with three, nothing is split off (the copy would be
+    most of the cache)."""
+    model = _model(tiny_tokenizer)
+    end = _end_id(tiny_tokenizer)
+    long_text = " ".join(["Available actions: go forward, turn left, pick up the key"] * 4)
+    heads = []
+    original = HFGenerator._prefill_head
+
+    def record(self, input_ids, attention, cache):
+        columns = original(self, input_ids, attention, cache)
+        heads.append((cache.get_seq_length() > 0, columns))
+        return columns
+
+    monkeypatch.setattr(HFGenerator, "_prefill_head", record)
+    for long_rows, expect_split in ((1, True), (3, False)):
+        generator = HFGenerator(model, tiny_tokenizer.pad_token_id, [end], 0.0, threads=1)
+        prompts = [tiny_tokenizer.encode(t) for t in OPENINGS]
+        generations = generator.generate(prompts, MAX_NEW)
+        observations = [long_text if k < long_rows else "obs" for k in range(len(prompts))]
+        prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"<|user|>\n{o}<|end|>\n")
+                   for p, g, o in zip(prompts, generations, observations)]
+        heads.clear()
+        generator.generate(prompts, MAX_NEW)
+        continued = [columns for had_cache, columns in heads if had_cache]
+        assert continued and (continued[0] > 0) == expect_split
