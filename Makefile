@@ -68,6 +68,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/padding_split.py
 	$(BIN)/python bench/update_vs_trl.py
 	$(BIN)/python bench/real_model_vs_trl.py
+	$(BIN)/python bench/grouped_attention.py
 	$(BIN)/python bench/env_server.py
 	$(BIN)/python bench/search_retrieval.py
 	$(BIN)/python bench/web_env.py

@@ -35,10 +35,10 @@ def test_summary_over_seeds(tmp_path):
 @pytest.mark.slow
 def test_compare_command_trains_each_config_and_seed_once(tmp_path):
     args = ["compare", str(REPO / "configs" / "babyai_grpo.yaml"), str(REPO / "configs" / "babyai_rloo.yaml"),
-            "--seeds", "0,1", "--out", str(tmp_path)]
-    for override in [*TINY_RUN, "train.steps=1", "train.validate_every=1"]:
-        args += ["--set", override]
+            *TINY_RUN, "train.steps=1", "--seeds", "0,1", "--out", str(tmp_path),
+            "--set", "train.validate_every=1"]  # bare overrides as train takes them; --set still works
     result = run(*args)
+    assert "--set is deprecated" in result.stderr
     assert result.returncode == 0, result.stderr[-3000:]
     table = (tmp_path / "comparison.md").read_text()
     assert "| babyai_grpo | 2 |" in table and "| babyai_rloo | 2 |" in table
@@ -54,3 +54,5 @@ def test_compare_rejects_bad_input(tmp_path):
     assert result.returncode == 2 and "does not exist" in result.stderr
     result = run("compare", str(REPO / "configs" / "babyai_grpo.yaml"), "--seeds", "a,b")
     assert result.returncode == 2 and "--seeds" in result.stderr
+    result = run("compare", "train.steps=1")
+    assert result.returncode == 2 and "at least one config file" in result.stderr

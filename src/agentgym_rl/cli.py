@@ -449,11 +449,13 @@ def quickstart(
 
 @app.command()
 def compare(
-    configs: List[Path] = typer.Argument(..., help="Train configs to compare (their file names label the runs)."),
+    items: List[str] = typer.Argument(..., metavar="CONFIG... [key=value...]",
+                                      help="Train configs to compare (their file names label the runs), then "
+                                      "key=value overrides applied to every one, e.g. train.steps=40."),
     seeds: str = typer.Option("0", help="Comma-separated seeds; every config runs with each."),
     out: Path = typer.Option(Path("runs/compare"), help="Folder of the runs, the table and the plot."),
-    override: Optional[List[str]] = typer.Option(None, "--set", help="key=value applied to every config "
-                                                 "(repeatable), e.g. --set train.steps=40."),
+    override: Optional[List[str]] = typer.Option(None, "--set", help="The same as a bare key=value (kept for "
+                                                 "older commands; deprecated)."),
 ) -> None:
     """Train each config under the same seeds and budget; write a success-vs-step table and plot."""
     from .train.compare import run_comparison
@@ -462,10 +464,18 @@ def compare(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise UserError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+    # An argument with "=" is an override, as for train and eval, unless it names a file.
+    overrides = [item for item in items if "=" in item and not Path(item).is_file()]
+    configs = [Path(item) for item in items if item not in overrides]
+    if override:
+        typer.echo("note: --set is deprecated; give key=value after the configs, as train and eval take them",
+                   err=True)
+    if not configs:
+        raise UserError("compare needs at least one config file before its key=value overrides")
     for path in configs:
         if not path.is_file():
             raise UserError(f"config file {str(path)!r} does not exist")
-    run_comparison(list(configs), seed_list, list(override or []), out)
+    run_comparison(configs, seed_list, [*overrides, *(override or [])], out)
 
 
 # ------------------------------------------------------------------------ imitation learning
