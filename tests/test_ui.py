@@ -13,13 +13,14 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 from test_env_e2e import TINY_RUN
 from test_cli import cli
 from test_server import serving, serving_app
 
 from agentgym_rl.agent.loading import load_tokenizer
-from agentgym_rl.config import RLConfig, load_config
+from agentgym_rl.config import RLConfig, load_config, load_yaml
 from agentgym_rl.train.rl import RLTrainer
 from agentgym_rl.ui.app import create_app
 from agentgym_rl.ui.index import SUMMARY_FIELDS, TrajectoryIndex, _summary_parts, summarize_line
@@ -183,6 +184,21 @@ def test_playground_by_hand_and_by_the_runs_model(client):
     assert client.post("/api/play/999/step", json={"action": "x"}).status_code == 404
     assert client.post(f"/api/play/{session}/model", json={"run": ".."}).status_code == 404
     assert len(client.get("/api/envs/babyai/tasks", params={"split": "test"}).json()["tasks"]) == 90
+
+
+def test_the_runs_model_replies_from_the_runs_reply_prefix(runs_dir, tmp_path):
+    """A run trained with `rollout.reply_prefix` plays in the playground as in its rollouts: the
+    model continues from the prefix, and the reply the environment reads starts with it."""
+    copied = tmp_path / "runs"
+    shutil.copytree(runs_dir / "run", copied / "prefixed", symlinks=True)
+    config = load_yaml(copied / "prefixed" / "config.yaml")
+    config["rollout"]["reply_prefix"] = "Action:"
+    (copied / "prefixed" / "config.yaml").write_text(yaml.safe_dump(config))
+    with TestClient(create_app(copied)) as prefixed:
+        session = prefixed.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3"}).json()["session"]
+        acted = prefixed.post(f"/api/play/{session}/model", json={"run": "prefixed"})
+    assert acted.status_code == 200, acted.text
+    assert acted.json()["messages"][1]["content"].startswith("Action:")
 
 
 def test_the_playground_opens_on_an_environment_that_runs_as_installed(client):

@@ -142,8 +142,8 @@ class Playground:
         """The next reply, greedy, from the run's newest checkpoint or from `model_name` at the
         OpenAI-compatible `endpoint` (its /chat/completions), played in the session."""
         session = self._session(session_id)
-        policy, max_new_tokens, system_prompt = (self._run_policy(run_dir) if run_dir is not None
-                                                 else self._endpoint_policy(endpoint, model_name))
+        policy, max_new_tokens, system_prompt, prefix = (self._run_policy(run_dir) if run_dir is not None
+                                                         else self._endpoint_policy(endpoint, model_name))
         with session.lock:
             if session.done:
                 raise PlaygroundError("the episode is over; start a new one", 409)
@@ -151,11 +151,13 @@ class Playground:
             conversation = ([{"role": "system", "content": env.instruction}] if system_prompt and env.instruction
                             else []) + session.messages
             prompt = policy.encoder.start(conversation) if policy.encoder is not None else []
+            if prefix:  # the reply continues from the run's `rollout.reply_prefix`, as in its rollouts
+                prompt += policy.encoder.encode_text(prefix)
             try:
                 [reply] = policy.act([env], [prompt], max_new_tokens, [conversation])
             except UserError as error:
                 raise PlaygroundError(str(error), 502) from None
-            return self._act(session, reply.text)
+            return self._act(session, prefix + reply.text)
 
     def close(self, session_id: int) -> None:
         with self._lock:
@@ -197,9 +199,9 @@ class Playground:
             "screenshot": session.info.get("screenshot"),
         }
 
-    def _run_policy(self, run_dir: Path) -> tuple[Any, int, bool]:
-        """A greedy policy of the run's newest checkpoint (loaded once), with the reply length and
-        system-prompt setting its rollouts used."""
+    def _run_policy(self, run_dir: Path) -> tuple[Any, int, bool, str]:
+        """A greedy policy of the run's newest checkpoint (loaded once), with the reply length,
+        system-prompt setting and reply prefix its rollouts used."""
         with self._lock:
             if run_dir in self._models:
                 return self._models[run_dir]
@@ -216,7 +218,8 @@ class Playground:
 
         model, tokenizer = load_model_and_tokenizer(folder)
         played = (model_policy(model, tokenizer, temperature=0.0, reuse_cache=False),
-                  int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")))
+                  int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")),
+                  str(rollout.get("reply_prefix") or ""))
         with self._lock:
             self._models[run_dir] = played
         return played
@@ -230,10 +233,10 @@ class Playground:
             raise PlaygroundError(f"the viewer talks only to servers on this machine or given with --allow-url; "
                                   f"{excerpt(url)!r} is neither", 403)
 
-    def _endpoint_policy(self, endpoint: str | None, model_name: str) -> tuple[Any, int, bool]:
+    def _endpoint_policy(self, endpoint: str | None, model_name: str) -> tuple[Any, int, bool, str]:
         if not endpoint or not endpoint.startswith(("http://", "https://")):
             raise PlaygroundError(f"a model endpoint is an http(s) URL ending in /v1, got {excerpt(endpoint)!r}")
         self.check_url(endpoint)
         from ..rollout.chat_api import ChatAPIPolicy
 
-        return ChatAPIPolicy(endpoint, model_name, temperature=0.0, timeout=60.0), 256, True
+        return ChatAPIPolicy(endpoint, model_name, temperature=0.0, timeout=60.0), 256, True, ""
