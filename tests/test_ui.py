@@ -194,7 +194,7 @@ def test_the_runs_model_replies_from_the_runs_reply_prefix(runs_dir, tmp_path):
     config = load_yaml(copied / "prefixed" / "config.yaml")
     config["rollout"]["reply_prefix"] = "Action:"
     (copied / "prefixed" / "config.yaml").write_text(yaml.safe_dump(config))
-    with TestClient(create_app(copied)) as prefixed:
+    with TestClient(create_app(copied, allowed_hosts=["testserver"])) as prefixed:
         session = prefixed.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3"}).json()["session"]
         acted = prefixed.post(f"/api/play/{session}/model", json={"run": "prefixed"})
     assert acted.status_code == 200, acted.text

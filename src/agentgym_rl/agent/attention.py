@@ -41,15 +41,22 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     return output.transpose(1, 2).contiguous(), None
 
 
-def use_grouped_attention(model: Any) -> None:
-    """Make a model that attends with "sdpa" use `grouped_sdpa` (same results, no key/value copy on
-    the CPU); other implementations (eager, flash, a LoRA wrapper's base set otherwise) are left."""
+def register_grouped_attention() -> None:
+    """Make `NAME` known to transformers in this process. A model's config carries the name, so a
+    process that builds a model from another's config (a Ray rollout worker) registers it first."""
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
+    AttentionInterface.register(NAME, grouped_sdpa)
+    AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def use_grouped_attention(model: Any) -> None:
+    """Make a model that attends with "sdpa" use `grouped_sdpa` (same results, no key/value copy on
+    the CPU); other implementations (eager, flash, a LoRA wrapper's base set otherwise) are left.
+    Saved checkpoints do not record the choice: their config.json has no attention implementation."""
     base = getattr(model, "get_base_model", lambda: model)()
     if getattr(base.config, "_attn_implementation", None) != "sdpa":
         return
-    AttentionInterface.register(NAME, grouped_sdpa)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    register_grouped_attention()
     base.set_attn_implementation(NAME)

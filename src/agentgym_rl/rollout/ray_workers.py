@@ -44,7 +44,10 @@ class _RolloutWorker:
                  temperature: float, threads: int):
         from transformers import AutoModelForCausalLM
 
+        from ..agent.attention import register_grouped_attention
+
         torch.set_num_threads(threads)
+        register_grouped_attention()  # the learner's config may name it (`agent/attention.py`)
         self.model = AutoModelForCausalLM.from_config(model_config, torch_dtype=model_config.torch_dtype).eval()
         self.policy = model_policy(self.model, tokenizer, temperature, rollout.reuse_kv_cache, rollout.threads)
         make_env = registry.env_factory(env["id"], env["kwargs"], env["urls"], env["timeout"])
