@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers  # noqa: F401 — imported before the in-process CLI runs, as other tests in a worker do
 from safetensors.torch import load_file
 from test_cli import run
 

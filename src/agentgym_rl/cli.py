@@ -23,6 +23,11 @@ def _options(verbose: bool = typer.Option(
     if not verbose:  # read when transformers is imported, which every command does lazily, after this
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        if "transformers" in sys.modules:  # imported already (the CLI called in a Python process): too late for those
+            from transformers.utils import logging
+
+            logging.disable_progress_bar()
+            logging.set_verbosity_error()
 
 
 @app.command()
