@@ -87,6 +87,24 @@ def test_a_state_changing_task_starts_from_identical_state(env):
     assert play_expert(env, buy)["success"]  # the same order number again: same start state
 
 
+def test_a_new_episode_finds_nothing_of_the_last_in_the_browser(env):
+    def page_state() -> list:
+        return env._run(lambda: env._pages()[0].evaluate(
+            "[document.cookie, localStorage.length, sessionStorage.length, history.length]"), 5)
+
+    env.reset(0)
+    start = env.url
+    env._run(lambda: env._pages()[0].evaluate(
+        "document.cookie = 'seen=1'; localStorage.setItem('seen', '1'); sessionStorage.setItem('seen', '1')"), 5)
+    env.step("```type [10] [kettle] [1]```")  # a page of history
+    assert page_state() == ["seen=1", 1, 1, 2]  # the start page, the search
+    env.step("```new_tab```")
+    observation, _ = env.reset(1)
+    assert "Open tabs: [0] Welcome" in observation and " | [1]" not in observation
+    assert page_state() == ["", 0, 0, 1] and env.url == start
+    assert env.step("```go_back```")[0].splitlines()[1] == f"URL: {start}"  # nowhere to go back to
+
+
 @pytest.mark.parametrize("action, says", [
     ("I am not sure.", "is not an action"),
     ("```click [999]```", "no element [999]"),
@@ -199,8 +217,8 @@ def test_screenshots_come_in_info_when_asked():
 @pytest.mark.slow
 def test_the_expert_solves_every_test_task_through_the_cli(tmp_path):
     out = tmp_path / "expert.json"
-    # One page at a time: on 2 cores the expert's 66 episodes took 77 s so and 96-101 s with 4 or
-    # all of them in flight (the browser's pages compete for the cores; a model policy batches).
+    # One page at a time: on 2 cores the expert's 66 episodes were slower with 4 or all of them in
+    # flight (the browser's pages compete for the cores; a model policy batches).
     result = subprocess.run([*CLI, "eval", "--env", "web", "--policy", "expert", "--split", "test", "--json", str(out),
                              "rollout.max_envs=1"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr
