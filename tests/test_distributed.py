@@ -67,26 +67,40 @@ def full(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor.clone()
 
 
-def rank_main(rank: int, world: int, init_file: str, out: str, sharded: bool) -> None:
+PARALLEL = ("ddp", "fsdp")
+
+
+def rank_main(rank: int, world: int, init_file: str, out: str) -> None:
+    """One rank's update, replicated and then sharded (one spawn for both: starting the ranks
+    is most of this module's time), each written under `out/<kind>`."""
     torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         assert data_parallel_size() == world
-        learner, metrics = update(RANK_ROWS[rank], sharded)
-        if rank == 0 or sharded:  # a sharded learner gathers its state with every rank
-            learner.save(out)
-        grads = [full(p.grad) for p in learner.parameters()]
-        state = learner.gather_weights().state_dict()
-        torch.save({"state": state, "grads": grads, "metrics": metrics}, f"{out}/rank{rank}.pt")
-        torch.distributed.barrier()
+        for kind in PARALLEL:
+            sharded = kind == "fsdp"
+            learner, metrics = update(RANK_ROWS[rank], sharded)
+            if rank == 0 or sharded:  # a sharded learner gathers its state with every rank
+                learner.save(f"{out}/{kind}")
+            grads = [full(p.grad) for p in learner.parameters()]
+            state = learner.gather_weights().state_dict()
+            torch.save({"state": state, "grads": grads, "metrics": metrics}, f"{out}/{kind}/rank{rank}.pt")
+            torch.distributed.barrier()
     finally:
         torch.distributed.destroy_process_group()
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp"])
-def two_ranks(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(request.param)
-    mp.spawn(rank_main, args=(2, str(out / "init"), str(out), request.param == "fsdp"), nprocs=2, join=True)
+@pytest.fixture(scope="module")
+def spawned(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ranks")
+    for kind in PARALLEL:
+        (out / kind).mkdir()
+    mp.spawn(rank_main, args=(2, str(out / "init"), str(out)), nprocs=2, join=True)
     return out
+
+
+@pytest.fixture(params=PARALLEL)
+def two_ranks(request, spawned):
+    return spawned / request.param
 
 
 def _close(mine: list[torch.Tensor], theirs: list[torch.Tensor], rel: float) -> bool:
