@@ -35,9 +35,9 @@ system-packages:
 
 # lint-imports checks the layer contracts of pyproject.toml (docs/ARCHITECTURE.md). The tests run
 # on one pytest-xdist worker per core, a module's tests (and all of Ray's) on one worker, the
-# modules with slow tests first (tests/conftest.py).
+# modules with slow tests first (tests/conftest.py: `worker_group`).
 TEST_WORKERS ?= auto
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 test: system-packages $(VENV)/.installed
 	$(BIN)/lint-imports --no-cache

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,22 +26,38 @@ CORPUS = [
 ] * 20
 
 
-def _xdist_group(item) -> str:
-    """The tests one pytest-xdist worker runs together: a module's (its module fixtures start
-    once), and every Ray test (one Ray instance, `ray_instance`, per worker)."""
-    return "ray" if "ray_instance" in item.fixturenames else item.module.__name__
+def worker_group(nodeid: str) -> str:
+    """The tests one pytest-xdist worker runs together (`make test`): a module's, so that its
+    module fixtures start once, and all of Ray's modules' (`test_ray_*`), so that one worker
+    starts Ray (`ray_instance`)."""
+    module = nodeid.split("::", 1)[0]
+    return "ray" if Path(module).name.startswith("test_ray") else module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` hands out `worker_group`s. (pytest-xdist's own `loadgroup` marks do
+    not reach its scheduler under pytest 9.2, which no longer reads a test's id from the field
+    xdist rewrites: every test was handed out alone, its module fixtures started on both workers.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """With `--dist loadgroup` (`make test`), groups run whole on one worker, the groups that
-    hold a slow test first: a long group handed out last would leave the other worker idle."""
-    if config.getoption("dist", "no") != "loadgroup":
-        return
+    """The groups that hold a slow test first (in the order collected otherwise): a long group
+    handed out last would leave the other worker idle. A Ray test outside the Ray modules would
+    start a second Ray instance on the other worker: refused."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item)))
-    slow = {_xdist_group(item) for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: _xdist_group(item) not in slow)  # stable: collection order otherwise
+        if "ray_instance" in item.fixturenames and worker_group(item.nodeid) != "ray":
+            raise pytest.UsageError(f"{item.nodeid} uses Ray: put it in a test_ray_* module")
+    slow = {worker_group(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: worker_group(item.nodeid) not in slow)  # stable
 
 
 @pytest.fixture(scope="session")
