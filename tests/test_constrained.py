@@ -18,7 +18,8 @@ from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs.tasks import Task
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.engine import RolloutEngine
-from agentgym_rl.rollout.policy import ModelPolicy, model_policy
+from agentgym_rl.rollout.backends import model_policy
+from agentgym_rl.rollout.policy import ModelPolicy
 
 
 def test_the_trie_gives_the_tokens_that_continue_an_allowed_sequence():

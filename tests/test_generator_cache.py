@@ -12,7 +12,7 @@ from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.envs.tasks import Task
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.rollout.engine import RolloutEngine
-from agentgym_rl.rollout.policy import model_policy
+from agentgym_rl.rollout.backends import model_policy
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=64,
                         max_positions=512)
@@ -175,7 +175,7 @@ def test_engine_runs_reset_the_cache_and_match_the_uncached_engine(tiny_tokenize
     tasks = [Task("counter", i, "c") for i in range(3)]
 
     def play(reuse: bool):
-        policy = model_policy(model, tiny_tokenizer, 0.0, reuse_cache=reuse)
+        policy = model_policy(model, tiny_tokenizer, 0.0, RolloutConfig(reuse_kv_cache=reuse))
         engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=MAX_NEW))
         runs = [engine.run(tasks, policy, max_turns=3)]
         model.load_state_dict(_model(tiny_tokenizer, seed=1).state_dict())

@@ -16,7 +16,7 @@ from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
 from agentgym_rl.rollout.engine import RolloutEngine
-from agentgym_rl.rollout.policy import model_policy
+from agentgym_rl.rollout.backends import model_policy
 
 ray = pytest.importorskip("ray")
 from agentgym_rl.rollout.ray_workers import RayRollouts, RolloutWorkerError  # noqa: E402

@@ -103,7 +103,7 @@ def test_episodes_in_flight_are_capped_by_the_kv_cache_budget():
 
 def test_a_model_policy_reports_its_models_kv_bytes_per_token(tiny_tokenizer):
     from agentgym_rl.agent.tiny import build_model
-    from agentgym_rl.rollout.policy import model_policy
+    from agentgym_rl.rollout.backends import model_policy
 
     model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2))
     # K and V, 3 layers, 2 heads of 8 dimensions, 4 bytes each.

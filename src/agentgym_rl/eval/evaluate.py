@@ -10,7 +10,7 @@ from ..envs import registry
 from ..errors import UserError
 from ..config import PlayConfig, RolloutConfig
 from ..rollout.engine import RolloutEngine
-from ..rollout.policy import ModelPolicy, model_policy
+from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
 from ..agent.allocator import set_mmap_threshold
 from ..agent.models import NAMED_MODELS, is_model_reference, model_folder
@@ -22,20 +22,16 @@ API_PREFIX = "api:"
 """`--policy api:MODEL`: a chat model behind `rollout.generator_url` (`rollout/chat_api.py`)."""
 
 
-def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, reuse_cache: bool = True,
-                device: str = "cpu", dtype: str = "float32", rollout: RolloutConfig | None = None,
-                listed_actions_only: bool = False) -> Any:
-    """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a model folder
-    path (loaded in `dtype` on `device`, `run.device`'s values; or only its tokenizer, sampling
-    from `rollout.generator_url`), or an already built policy object (`reuse_cache`: see
-    `model_policy`; `listed_actions_only`: see `ModelPolicy`, for a model folder)."""
+def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, device: str = "cpu",
+                dtype: str = "float32", rollout: RolloutConfig | None = None, listed_actions_only: bool = False) -> Any:
+    """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a named model or
+    a model folder path (`rollout.backends.folder_policy`: loaded in `dtype` on `device`,
+    `run.device`'s values, or sampled by vLLM or the server `rollout` names), or an already built
+    policy object (`listed_actions_only`: see `ModelPolicy`, for a model)."""
     if not isinstance(policy, str):
         return policy
     if listed_actions_only and (policy in ("expert", "random") or policy.startswith(API_PREFIX)):
         raise UserError(f"--listed-actions-only restricts the replies of a model folder; {policy!r} is not one")
-    if listed_actions_only and rollout is not None and (rollout.generator_url or rollout.generator == "vllm"):
-        raise UserError("--listed-actions-only needs the model generating in this process (rollout.generator: hf, "
-                        "no rollout.generator_url)")
     if policy == "expert":
         return registry.make_expert(env_id)
     if policy == "random":
@@ -53,49 +49,7 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, r
     if not Path(policy).exists():
         raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL', a named model "
                         f"({', '.join(sorted(NAMED_MODELS))}) nor an existing model folder")
-    if rollout is not None and rollout.generator_url:
-        return served_policy(policy, rollout, temperature)
-    if rollout is not None and rollout.generator == "vllm":
-        return vllm_policy(policy, temperature, dtype, rollout.max_context, seed)
-    from ..agent.loading import load_model_and_tokenizer, resolve_device
-
-    model, tokenizer = load_model_and_tokenizer(policy, dtype)
-    return model_policy(model.to(resolve_device(device)), tokenizer, temperature, reuse_cache,
-                        rollout.threads if rollout is not None else 0, listed_actions_only)
-
-
-def served_policy(model_folder: str, rollout: RolloutConfig, temperature: float) -> ModelPolicy:
-    """The model served at `rollout.generator_url` (OpenAI's API) as a token policy, encoded
-    with the chat template of `model_folder`'s tokenizer (the served model's own)."""
-    from ..agent.chat import ChatEncoder
-    from ..agent.loading import load_tokenizer
-    from ..agent.openai_generator import GeneratorError, OpenAIGenerator
-
-    encoder = ChatEncoder(load_tokenizer(model_folder))
-    base_url = rollout.generator_url
-    generator = OpenAIGenerator(base_url, "", [encoder.end_of_turn_id], temperature, rollout.generator_timeout,
-                                rollout.generator_retries, max_concurrency=rollout.generator_concurrency,
-                                api_key=os.environ.get("OPENAI_API_KEY"))
-    try:  # the served model's name, and a check before any work that the server answers
-        names = generator.client.models()
-    except GeneratorError as error:
-        raise UserError(f"rollout.generator_url {base_url}: {error}") from None
-    if not names:
-        raise UserError(f"rollout.generator_url {base_url}: the server lists no model")
-    generator.model = names[0]
-    return ModelPolicy(generator, encoder)
-
-
-def vllm_policy(model_folder: str, temperature: float, dtype: str, max_context: int, seed: int) -> ModelPolicy:
-    """The model folder as a token policy sampling through vLLM's offline engine."""
-    from ..agent.chat import ChatEncoder
-    from ..agent.loading import load_tokenizer
-    from ..agent.vllm_generator import VLLMEngine, VLLMGenerator, require_vllm
-
-    require_vllm()
-    encoder = ChatEncoder(load_tokenizer(model_folder))
-    engine = VLLMEngine(model_folder, dtype, max_model_len=max_context, seed=seed)
-    return ModelPolicy(VLLMGenerator(engine, [encoder.end_of_turn_id], temperature), encoder)
+    return folder_policy(policy, temperature, rollout, dtype, device, seed, listed_actions_only)
 
 
 def _check_listable(make_env: Any, task: Any, seed: int, needed_for: str) -> None:
@@ -137,8 +91,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if horizon < 1:
         raise UserError(f"--max-turns must be >= 1, got {horizon}")
     rollout = rollout or RolloutConfig()
-    agent = make_policy(env_id, policy, temperature, seed, rollout.reuse_kv_cache, device, dtype, rollout,
-                        listed_actions_only)
+    agent = make_policy(env_id, policy, temperature, seed, device, dtype, rollout, listed_actions_only)
     make_env = registry.env_factory(env_id, env_kwargs, env_urls, env_timeout)
     if isinstance(agent, RandomPolicy):
         _check_listable(make_env, tasks[0], seed, "it has no random policy; use --policy expert or a model folder")

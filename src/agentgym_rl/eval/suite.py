@@ -23,6 +23,7 @@ from ..envs import registry
 from ..errors import UserError
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
+from ..rollout.backends import load_model, model_policy, samples_in_process
 from .evaluate import _check_listable, make_policy
 from .metrics import pass_at_k_curve, success_within_turns, summarize
 from .policies import RandomPolicy
@@ -63,21 +64,16 @@ class Policies:
 
     def _in_process_model(self) -> bool:
         known = self.policy in ("expert", "random") or self.policy.startswith("api:")
-        rollout = self.config.rollout
-        return not known and not rollout.generator_url and rollout.generator == "hf" and Path(self.policy).is_dir()
+        return not known and samples_in_process(self.config.rollout) and Path(self.policy).is_dir()
 
     def make(self, env_id: str, temperature: float) -> Any:
         config = self.config
         if not self._in_process_model():
-            return make_policy(env_id, self.policy, temperature, config.run.seed, config.rollout.reuse_kv_cache,
-                               config.run.device, config.run.dtype, config.rollout)
-        from ..agent.loading import load_model_and_tokenizer, resolve_device
-        from ..rollout.policy import model_policy
-
+            return make_policy(env_id, self.policy, temperature, config.run.seed, config.run.device, config.run.dtype,
+                               config.rollout)
         if self._model is None:
-            model, tokenizer = load_model_and_tokenizer(self.policy, config.run.dtype)
-            self._model = (model.to(resolve_device(config.run.device)), tokenizer)
-        return model_policy(*self._model, temperature, config.rollout.reuse_kv_cache, config.rollout.threads)
+            self._model = load_model(self.policy, config.run.dtype, config.run.device)
+        return model_policy(*self._model, temperature, config.rollout)
 
 
 def api_client(policy: Any) -> Any:

@@ -123,21 +123,6 @@ class ModelPolicy:
         return [self.encoder.encode_text(f"Action: {action}") + [self.encoder.end_of_turn_id] for action in actions]
 
 
-def model_policy(model: Any, tokenizer: Any, temperature: float, reuse_cache: bool = True,
-                 threads: int = 0, listed_actions_only: bool = False) -> ModelPolicy:
-    """A Hugging Face model as a rollout policy, sampling at `temperature` (0 = greedy) and
-    stopping at its chat template's end-of-turn token; `reuse_cache` keeps the KV cache of one
-    turn for the next, `threads` are the CPU threads it generates on, 0 chosen by timing (see
-    `HFGenerator`, `RolloutConfig.reuse_kv_cache` and `RolloutConfig.threads`);
-    `listed_actions_only` restricts replies to the listed actions (`ModelPolicy`)."""
-    from ..agent.generator import HFGenerator
-
-    encoder = ChatEncoder(tokenizer)
-    generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
-                            reuse_cache=reuse_cache, threads=threads)
-    return ModelPolicy(generator, encoder, listed_actions_only)
-
-
 class TextPolicy(ABC):
     """A policy that replies in text from what each environment's API returns; a subclass
     implements `reply(env)`."""

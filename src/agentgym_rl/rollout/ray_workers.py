@@ -25,7 +25,7 @@ from ..envs import registry
 from ..envs.ray_env import actor_failure, connect, parse_address
 from ..envs.tasks import Task
 from .engine import RolloutEngine
-from .policy import model_policy
+from .backends import model_policy
 from .trajectory import Trajectory
 
 WORKER_CPUS = 1.0
@@ -49,7 +49,7 @@ class _RolloutWorker:
         torch.set_num_threads(threads)
         register_grouped_attention()  # the learner's config may name it (`agent/attention.py`)
         self.model = AutoModelForCausalLM.from_config(model_config, torch_dtype=model_config.torch_dtype).eval()
-        self.policy = model_policy(self.model, tokenizer, temperature, rollout.reuse_kv_cache, rollout.threads)
+        self.policy = model_policy(self.model, tokenizer, temperature, rollout)
         make_env = registry.env_factory(env["id"], env["kwargs"], env["urls"], env["timeout"])
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env["invalid_action_penalty"]),
                                     rollout)

@@ -28,7 +28,8 @@ from ..envs.tasks import Task
 from ..errors import UserError
 from ..eval.evaluate import evaluate
 from ..rollout.engine import RolloutEngine
-from ..rollout.policy import ModelPolicy, model_policy
+from ..rollout.backends import model_policy
+from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
 from ..runs import MetricsLogger, NoMetrics, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
@@ -169,16 +170,9 @@ class Session:
         """The model as a rollout policy sampling at `temperature` (0: greedy), through
         `rollout.generator`; the trainer syncs the generator's weights after every update.
         `listed_actions_only`: for evaluation (see `ModelPolicy`)."""
-        if self.config.rollout.generator == "vllm":
-            from ..agent.chat import ChatEncoder
-            from ..agent.vllm_generator import VLLMGenerator
-
-            encoder = ChatEncoder(self.tokenizer)
-            return ModelPolicy(VLLMGenerator(self._vllm(), [encoder.end_of_turn_id], temperature), encoder,
-                               listed_actions_only)
-        rollout = self.config.rollout
-        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, rollout.reuse_kv_cache,
-                            rollout.threads, listed_actions_only)
+        engine = self._vllm() if self.config.rollout.generator == "vllm" else None
+        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, self.config.rollout,
+                            listed_actions_only, vllm_engine=engine)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""

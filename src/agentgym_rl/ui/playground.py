@@ -213,11 +213,12 @@ class Playground:
         if not within(folder, run_dir):
             raise PlaygroundError(f"the newest checkpoint of run {run_dir.name!r} links out of the run folder: "
                                   "not loaded")
-        from ..agent.loading import load_model_and_tokenizer
-        from ..rollout.policy import model_policy
+        from ..config import RolloutConfig
+        from ..rollout.backends import load_model, model_policy
 
-        model, tokenizer = load_model_and_tokenizer(folder)
-        played = (model_policy(model, tokenizer, temperature=0.0, reuse_cache=False),
+        # Sessions take turns on one model: a KV cache kept from one session's turn is no
+        # other session's prefix.
+        played = (model_policy(*load_model(folder), 0.0, RolloutConfig(reuse_kv_cache=False)),
                   int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")),
                   str(rollout.get("reply_prefix") or ""))
         with self._lock:

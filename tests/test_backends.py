@@ -1,0 +1,72 @@
+"""`rollout/backends.py` is the one place where a model becomes a rollout policy: the generator
+follows `RolloutConfig`, every command builds its model policies there, and mistakes in the
+choice are one-line errors before any model loads."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from agentgym_rl.agent.generator import HFGenerator
+from agentgym_rl.agent.openai_generator import OpenAIGenerator
+from agentgym_rl.agent.tiny import build_model
+from agentgym_rl.config import RolloutConfig, TinyModelConfig
+from agentgym_rl.errors import UserError
+from agentgym_rl.rollout.backends import folder_policy, model_policy, samples_in_process
+
+SMALL = TinyModelConfig(vocab_size=400, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
+SOURCE = Path(__file__).resolve().parent.parent / "src" / "agentgym_rl"
+GENERATORS = {"HFGenerator", "VLLMGenerator", "OpenAIGenerator", "ModelPolicy"}
+# Where else a generator may be built: serve-model samples for its clients, not for a rollout.
+OTHER_BUILDERS = {"rollout/backends.py", "server/model_server.py"}
+
+
+def test_only_the_backends_module_builds_model_policies():
+    builders = set()
+    for path in SOURCE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in GENERATORS:
+                builders.add(str(path.relative_to(SOURCE)))
+    assert builders == OTHER_BUILDERS
+
+
+def test_a_model_policy_generates_with_the_rollout_settings(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, SMALL)
+    policy = model_policy(model, tiny_tokenizer, 0.5, RolloutConfig(reuse_kv_cache=False, threads=1),
+                          listed_actions_only=True)
+    generator = policy.generator
+    assert isinstance(generator, HFGenerator) and generator.model is model
+    assert (generator.temperature, generator.reuse_cache, generator.threads) == (0.5, False, 1)
+    assert policy.listed_actions_only and policy.encoder.end_of_turn_id in generator.stop_ids
+    default = model_policy(model, tiny_tokenizer, 0.0).generator
+    assert (default.reuse_cache, default.threads) == (RolloutConfig().reuse_kv_cache, RolloutConfig().threads)
+
+
+@pytest.fixture
+def folder(tmp_path, tiny_tokenizer) -> Path:
+    build_model(tiny_tokenizer, SMALL).save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_the_backend_follows_the_rollout_config(folder, monkeypatch):
+    assert samples_in_process(RolloutConfig())
+    assert not samples_in_process(RolloutConfig(generator_url="http://127.0.0.1:9/v1"))
+    assert not samples_in_process(RolloutConfig(generator="vllm"))
+    served = RolloutConfig(generator_url="http://127.0.0.1:9/v1")
+    with pytest.raises(UserError, match="needs the model generating in this process"):
+        folder_policy(folder, 0.0, served, listed_actions_only=True)
+    monkeypatch.setattr(OpenAIGenerator, "__init__", lambda self, *args, **kwargs: setattr(self, "client", Models()))
+    policy = folder_policy(folder, 0.0, served)  # the folder's tokenizer encodes; its model is not loaded
+    assert isinstance(policy.generator, OpenAIGenerator) and policy.generator.model == "served-model"
+
+
+class Models:
+    """What `folder_policy` asks a served model's client: its model names."""
+
+    def models(self) -> list[str]:
+        return ["served-model"]
+
