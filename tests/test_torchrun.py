@@ -67,3 +67,11 @@ def test_two_processes_write_the_run_once_and_it_resumes_across_process_counts_a
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from" in again.stdout and again.stdout.count("run folder:") == 1
     assert [row["step"] for row in rows()] == [0, 1, 2, 3, 4] and rows()[-1]["update/grad_norm"] > 0
+
+
+def test_a_rank_ends_with_its_exit_handlers_run_and_output_flushed():
+    script = ("import atexit; atexit.register(lambda: print('handlers ran'))\n"
+              "from agentgym_rl.train.distributed import end_rank\n"
+              "print('written', end=''); end_rank(3)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3 and result.stdout == "writtenhandlers ran\n"

@@ -439,6 +439,8 @@ def train(
         distributed.stop()
     if trainer.rank == 0:  # under torchrun, rank 0 holds the run
         typer.echo(f"run folder: {trainer.run_dir}  plot: {plot_run(trainer.run_dir)}")
+    if distributed.launched_by_torchrun():
+        distributed.end_rank()
 
 
 @app.command()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -29,8 +29,7 @@ def start(device: str) -> tuple[int, int]:
     `MASTER_ADDR`...), or (0, 1) outside `torchrun`. One process under `torchrun` joins a group
     of one too, so that `torchrun --nproc_per_node 1` runs the NCCL set-up and, with
     `run.parallel: fsdp`, the sharded learner on a single GPU."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+    if not launched_by_torchrun():
         return 0, 1
     if not dist.is_initialized():
         from ..agent.loading import resolve_device
@@ -41,6 +40,11 @@ def start(device: str) -> tuple[int, int]:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if gpu else "gloo", timeout=TIMEOUT)
     return dist.get_rank(), dist.get_world_size()
+
+
+def launched_by_torchrun() -> bool:
+    """Whether `torchrun` started this process (with one process or more)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def in_group() -> bool:
@@ -54,6 +58,21 @@ def stop() -> None:
     2-rank test run after training had finished)."""
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def end_rank(code: int = 0) -> NoReturn:
+    """End a `torchrun` rank once its work is written: Python's exit handlers run and the output
+    is flushed, then the process exits without the C++ teardown. There, a thread torch's
+    distributed runtime still holds aborts the process now and then even after `stop`
+    ("terminate called without an active exception", exit -6, seen in the 2-rank test after the
+    run was complete), and torchrun then reports the whole run as failed."""
+    import atexit
+    import sys
+
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def gather(items: list[Any]) -> list[Any]:
