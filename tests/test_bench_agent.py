@@ -176,9 +176,9 @@ def test_a_benchmarked_run_shows_its_table_and_plots_in_its_report(tmp_path):
     train = run("train", "configs/babyai_grpo.yaml", *TINY_RUN, "env.kwargs={list_actions: true}",
                 f"run.output_dir={tmp_path}", "run.name=r")
     assert train.returncode == 0, train.stderr[-2000:]
-    bench = run("bench-agent", str(tmp_path / "r"), "--envs", "babyai", "--episodes", "2", "--samples", "2",
-                "suite.max_turns.babyai=3")
+    bench = run("bench-agent", str(tmp_path / "r"), "--episodes", "2", "--samples", "2", "suite.max_turns.babyai=3")
     assert bench.returncode == 0, bench.stderr
+    assert set(json.loads((tmp_path / "r" / "bench" / "results.json").read_text())["envs"]) == {"babyai"}  # its own
     assert (tmp_path / "r" / "bench" / "pass_at_k.png").is_file()
     page = (tmp_path / "r" / "report" / "index.html").read_text()
     assert "Benchmark (test splits)" in page and page.count("data:image/png;base64") == 3
@@ -197,8 +197,9 @@ ENVS = ("babyai", "sciworld", "search", "textcraft", "web")
 @pytest.mark.slow
 def test_the_tiny_model_over_every_registered_environment(model_dir, tmp_path):
     """The whole command as a user runs it, every environment (the browser and the JVM included)."""
-    result = run_process("bench-agent", str(model_dir), "--episodes", "1", "--samples", "2", "--out", str(tmp_path),
-                         "rollout.max_new_tokens=8", *(f"suite.max_turns.{env_id}=4" for env_id in ENVS))
+    result = run_process("bench-agent", str(model_dir), "--envs", "all", "--episodes", "1", "--samples", "2",
+                         "--out", str(tmp_path), "rollout.max_new_tokens=8",
+                         *(f"suite.max_turns.{env_id}=4" for env_id in ENVS))
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["envs"]) == set(ENVS)

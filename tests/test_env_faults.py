@@ -77,6 +77,7 @@ class Counting(TextPolicy):
         return "Action: count"
 
 
+@pytest.mark.slow
 def test_a_training_step_with_20_percent_failing_episodes_completes_and_counts_them(tmp_path, faulty_registered,
                                                                                     counter_env_registered):
     """10 tasks, among them raising ones: their episodes fail, are left out of the update, and

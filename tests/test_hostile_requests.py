@@ -247,6 +247,7 @@ def test_the_model_server_refuses_what_it_cannot_sample(loaded):
     assert tiny.status_code == 200 and tiny.json()["choices"][0]["text"] == greedy.json()["choices"][0]["text"]
 
 
+@pytest.mark.slow
 def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(model_dir):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-model", str(model_dir), "--port",

@@ -124,6 +124,7 @@ def test_the_instruct_model_plays_babyai_zero_shot_by_name_token_exactly(smollm2
     assert episode.input_ids[:len(ids)] == ids
 
 
+@pytest.mark.slow
 def test_one_grpo_step_of_the_instruct_model_from_its_recipe(smollm2, tmp_path):
     """The recipe's memory settings (chunked logits, gradient checkpointing, micro-batches by
     tokens) on the real model: one update that changes the weights."""

@@ -40,6 +40,7 @@ def train_with_output(tmp_path: Path, name: str, *extra: str, resume: bool = Fal
     return tmp_path / name, result
 
 
+@pytest.mark.slow
 def test_train_writes_a_complete_run_folder(tmp_path):
     run_dir, result = train_with_output(tmp_path, "full", "train.steps=4", "warmup.thoughts=false")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -97,6 +98,7 @@ def test_train_writes_a_complete_run_folder(tmp_path):
 ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_algorithm_trains_on_babyai_through_the_cli(tmp_path, algorithm):
     run_dir = train(tmp_path, algorithm, "train.steps=2", "train.validate_every=0",
@@ -269,6 +271,7 @@ def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_
     assert second["update/right_prob"] > first["update/right_prob"]
 
 
+@pytest.mark.slow
 def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
     """The whole loop improves a policy: from a random tiny model, GRPO learns to say "count"
     (a sign or masking error anywhere in rollout → advantage → loss → update fails this)."""

@@ -199,8 +199,8 @@ def bench_agent(
                                  "folder, or a run folder (its newest checkpoint, with the run's settings)."),
     overrides: Optional[List[str]] = typer.Argument(None, help="Other key.sub=value overrides of the run, rollout "
                                                     "and suite sections, e.g. suite.max_turns.babyai=10."),
-    envs: Optional[List[str]] = typer.Option(None, help="Environments, repeatable or comma-separated "
-                                             "(suite.envs; default: every registered one)."),
+    envs: Optional[List[str]] = typer.Option(None, help="Environments, repeatable or comma-separated, or 'all' "
+                                             "(suite.envs; default: a run's own environment, else all)."),
     samples: Optional[int] = typer.Option(None, help="Sampled episodes per item for Avg@n and Pass@k, k = 1..n "
                                           "(suite.samples; default 4; 0: greedy only)."),
     temperature: Optional[float] = typer.Option(None, help="Temperature of the sampled episodes "
@@ -215,9 +215,10 @@ def bench_agent(
     out: Optional[Path] = typer.Option(None, help="Output folder (default: RUN/bench for a run, else "
                                        "runs/bench/<policy name>). A rerun with the same settings resumes it."),
 ) -> None:
-    """Benchmark a policy on every environment's test split: one table (per env and category,
-    Avg@1 greedy, Avg@n and Pass@n sampled) as Markdown, JSON and CSV, and test-time scaling
-    plots (success against the turn budget, Pass@k against k)."""
+    """Benchmark a policy on test splits (a run's own environment; any other policy, or --envs all:
+    every environment): one table (per env and category, Avg@1 greedy, Avg@n and Pass@n sampled)
+    as Markdown, JSON and CSV, and test-time scaling plots (success against the turn budget,
+    Pass@k against k)."""
     from .config import apply_override, from_dict, set_key
     from .config.evaluation import SuiteConfig
     from .eval.suite import run_suite
@@ -234,6 +235,10 @@ def bench_agent(
         if holds_run(policy):
             policy = str(latest_model(run_dir))
     names = [name for item in envs or [] for name in item.split(",") if name]
+    if names == ["all"]:
+        names = []  # suite.envs empty: every registered environment
+    elif not names and run_dir is not None and env.get("id"):
+        names = [env["id"]]  # a run is benchmarked where it was trained, unless asked otherwise
     for key, value in (("suite.envs", names or None), ("suite.samples", samples),
                        ("suite.temperature", temperature), ("suite.greedy", greedy), ("suite.episodes", episodes),
                        ("run.seed", seed), ("rollout.generator_url", url)):
