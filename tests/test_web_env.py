@@ -10,13 +10,12 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from test_cli import run
 
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
@@ -30,9 +29,6 @@ try:
 except ValueError as missing:  # `make test` installs it (and CI must run these); a bare `pytest` may not
     if not os.environ.get("CI"):
         pytestmark = pytest.mark.skip(reason=str(missing))
-
-CLI = [sys.executable, "-m", "agentgym_rl.cli"]
-
 
 @pytest.fixture(scope="module")
 def env():
@@ -219,8 +215,7 @@ def test_the_expert_solves_every_test_task_through_the_cli(tmp_path):
     out = tmp_path / "expert.json"
     # One page at a time: on 2 cores the expert's 66 episodes were slower with 4 or all of them in
     # flight (the browser's pages compete for the cores; a model policy batches).
-    result = subprocess.run([*CLI, "eval", "--env", "web", "--policy", "expert", "--split", "test", "--json", str(out),
-                             "rollout.max_envs=1"], capture_output=True, text=True, timeout=900)
+    result = run("eval", "--env", "web", "--policy", "expert", "--split", "test", "--json", str(out), "rollout.max_envs=1")
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())
     assert summary["episodes"] >= 50 and summary["success"] == 1.0
