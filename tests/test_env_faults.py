@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 class FaultyEnv(CounterEnv):
     """The counter game, with an injected fault on 20% of its items: index % 10 == 0 raises at
-    its first step, index % 10 == 5 hangs for 5 s there (past a 2 s client timeout). Index
+    its first step, index % 10 == 5 hangs for 3 s there (past a 2 s client timeout). Index
     % 10 == 7 marks that step's observation GARBLE, for a server to answer garbage (see
     `garbling`)."""
 
@@ -40,7 +40,7 @@ class FaultyEnv(CounterEnv):
         if self.count == 0 and self.index % 10 == 0:
             raise RuntimeError("injected fault")
         if self.count == 0 and self.index % 10 == 5:
-            time.sleep(5)
+            time.sleep(3)
         if self.count == 0 and self.index % 10 == 7:
             observation, *rest = super().step(action)
             return ("GARBLE " + observation, *rest)
