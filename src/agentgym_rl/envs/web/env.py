@@ -334,7 +334,8 @@ class WebEnv(TextEnv):
         """The episode's browser context on `start_url`, holding nothing of an earlier episode (no
         cookies, site storage, cache, history or extra tabs): the instance's context emptied, or
         a new one when that fails or the task brings a login state (`storage_state`) of its own.
-        Emptying takes ~0.13 s where a new context took ~0.5 s, most of it starting a renderer."""
+        Most of a new context's cost is starting its tab's renderer: resets went from 1.9 to 5.2
+        a second (docs/BENCHMARKS.md)."""
         state = self._task.get("storage_state")
         state = state if state and Path(state).is_file() else None
         allowed = self._allowed_hosts()
