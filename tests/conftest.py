@@ -51,9 +51,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     """The groups that hold a slow test first (in the order collected otherwise): a long group
-    handed out last leaves the other worker idle (a whole module of 8-18 s tests without a slow
-    mark, handed out last, kept one worker busy 50 s after the other had finished). A Ray test outside the Ray modules would
-    start a second Ray instance on the other worker: refused."""
+    handed out last leaves the other worker idle (a module of 8-18 s tests without a slow mark,
+    handed out last, kept one worker busy 50 s after the other had finished). A Ray test outside
+    the Ray modules would start a second Ray instance on the other worker: refused."""
     for item in items:
         if "ray_instance" in item.fixturenames and worker_group(item.nodeid) != "ray":
             raise pytest.UsageError(f"{item.nodeid} uses Ray: put it in a test_ray_* module")
