@@ -82,13 +82,15 @@ FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval
              "--samples": "eval.samples", "--max-turns": "eval.max_turns", "--temperature": "eval.temperature",
              "--max-new-tokens": "rollout.max_new_tokens", "--seed": "run.seed",
              "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache",
-             "--listed-actions-only": "eval.listed_actions_only"}
+             "--listed-actions-only": "eval.listed_actions_only", "--items": "eval.items"}
 
 POLICY = typer.Option(None, help="'expert', 'random', a local model folder (a run's checkpoint brings its "
                       "run's env and rollout settings), a run folder (its newest checkpoint, as --run) or a named "
                       "model (`agentgym-rl models list`).")
 ENV = typer.Option(None, help="Environment id (see `agentgym-rl envs`): env.id.")
-EPISODES = typer.Option(None, help="First N items of the split (eval.episodes; default: all).")
+EPISODES = typer.Option(None, help="N items of the split (eval.episodes; default: all), drawn as --items says.")
+ITEMS = typer.Option(None, help="Which N items: 'stratified' (spread over the split's categories; eval's "
+                     "default) or 'first' (training's validation draws these) (eval.items).")
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
 MAX_TURNS = typer.Option(None, help="Turn limit (eval.max_turns; default: the environment's).")
 TEMPERATURE = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy (eval.temperature; "
@@ -159,6 +161,7 @@ def eval_command(
     env: Optional[str] = ENV,
     split: Optional[str] = typer.Option(None, help="train or test (env.eval_split; default test)."),
     episodes: Optional[int] = EPISODES,
+    items: Optional[str] = ITEMS,
     samples: Optional[int] = SAMPLES,
     max_turns: Optional[int] = MAX_TURNS,
     temperature: Optional[float] = TEMPERATURE,
@@ -183,8 +186,11 @@ def eval_command(
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
-        "--listed-actions-only": listed_actions_only}, env_arg, overrides)
+        "--listed-actions-only": listed_actions_only, "--items": items or "stratified"}, env_arg, overrides)
     summary, episodes_run = evaluate_played(config, policy)
+    if summary["items"] == "stratified":
+        typer.echo(f"{summary['episodes']} items spread over the split's categories (--items first: the first "
+                   f"{summary['episodes']})")
     typer.echo(format_table(summary))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
@@ -207,8 +213,9 @@ def bench_agent(
                                                 "(suite.temperature; default 1)."),
     greedy: Optional[bool] = typer.Option(None, "--greedy/--no-greedy", help="Also play each item once at "
                                           "temperature 0, the headline Avg@1 (suite.greedy; default on)."),
-    episodes: Optional[int] = typer.Option(None, help="The first N items of each test split (suite.episodes; "
-                                           "default: all)."),
+    episodes: Optional[int] = typer.Option(None, help="N items of each test split, spread over its categories "
+                                           "(suite.episodes; default: all; --items first: the first N)."),
+    items: Optional[str] = typer.Option(None, help="'stratified' (default) or 'first' (suite.items)."),
     seed: Optional[int] = SEED,
     url: Optional[str] = typer.Option(None, help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1: "
                                       "the model behind it plays (rollout.generator_url)."),
@@ -241,7 +248,7 @@ def bench_agent(
         names = [env["id"]]  # a run is benchmarked where it was trained, unless asked otherwise
     for key, value in (("suite.envs", names or None), ("suite.samples", samples),
                        ("suite.temperature", temperature), ("suite.greedy", greedy), ("suite.episodes", episodes),
-                       ("run.seed", seed), ("rollout.generator_url", url)):
+                       ("suite.items", items), ("run.seed", seed), ("rollout.generator_url", url)):
         if value is not None:
             set_key(data, key, value)
     for item in overrides or []:

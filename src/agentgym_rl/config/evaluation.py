@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Literal
 
 from pydantic.dataclasses import dataclass
 
@@ -42,7 +42,9 @@ class SuiteSection:
     envs: List[str] = field(default_factory=list)
     """Environment ids; empty: every registered environment."""
     episodes: NonNegative = 0
-    """The first N items of each test split (0: all)."""
+    """N items of each test split, drawn as `items` says (0: all)."""
+    items: Literal["first", "stratified"] = "stratified"
+    """Which N items: spread over the split's categories, or its first N."""
     greedy: bool = True
     samples: NonNegative = 4
     temperature: NonNegativeFloat = 1.0

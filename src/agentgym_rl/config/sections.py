@@ -297,10 +297,14 @@ class WarmupConfig(FinetuneConfig):
 
 @dataclass(config=SECTION)
 class EvalConfig:
-    """Evaluation on the first `episodes` items of `env.eval_split` (0 = none)."""
+    """Evaluation on `episodes` items of `env.eval_split` (0 = none)."""
 
     episodes: NonNegative = 90
-    """Items evaluated, the first of the eval split in order (0: none)."""
+    """Items evaluated (0: none), drawn as `items` says."""
+    items: Literal["first", "stratified"] = "first"
+    """Which `episodes` items of the split: the first ones (training's validation: the same items
+    in every run and in the published figures) or spread over its categories (`agentgym-rl eval`'s
+    default, so that a few items do not all come from one category)."""
     samples: Positive = 1
     """Episodes per item: Avg@n over them, Pass@k with k = samples."""
     max_turns: Positive | None = None

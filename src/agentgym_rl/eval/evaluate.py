@@ -9,6 +9,7 @@ from typing import Any
 from ..envs import registry
 from ..errors import UserError
 from ..config import PlayConfig, RolloutConfig
+from ..envs.tasks import choose_items
 from ..rollout.engine import RolloutEngine
 from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
@@ -70,21 +71,23 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
-             listed_actions_only: bool = False) -> tuple[dict, list[Trajectory]]:
-    """Play the first `episodes` tasks of `split`, `samples` times each (`listed_actions_only`:
-    a model policy named by its folder replies only with listed actions, see `ModelPolicy`).
+             listed_actions_only: bool = False, items: str = "first") -> tuple[dict, list[Trajectory]]:
+    """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
+    categories: `envs.tasks.choose_items`), `samples` times each (`listed_actions_only`: a model
+    policy named by its folder replies only with listed actions, see `ModelPolicy`).
 
     Returns:
         (summary, trajectories); summary holds env, split, policy and the fields of
         `metrics.summarize` (success = Avg@n as a fraction, pass_at_k with k = samples).
     """
     tasks = registry.tasks(env_id, split, env_kwargs)
+    split_size = len(tasks)
     if episodes is not None:
         if episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {episodes}")
         if episodes > len(tasks):
             raise UserError(f"the {split} split of {env_id} has {len(tasks)} items; asked for {episodes}")
-        tasks = tasks[:episodes]
+        tasks = choose_items(tasks, episodes, items)
     if samples < 1:
         raise UserError(f"--samples must be >= 1, got {samples}")
     horizon = max_turns or registry.spec(env_id).max_turns
@@ -106,6 +109,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
+               "items": items if len(tasks) < split_size else "all",
                **summarize(trajectories)}
     return summary, trajectories
 
@@ -117,7 +121,7 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
                     env_urls=config.env.urls, env_timeout=config.env.server_timeout,
-                    listed_actions_only=config.eval.listed_actions_only)
+                    listed_actions_only=config.eval.listed_actions_only, items=config.eval.items)
 
 
 def format_table(summary: dict, title: str | None = None) -> str:

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from ..config import to_dict
 from ..config.evaluation import SYSTEM_TURN_LIMITS, SuiteConfig
 from ..envs import registry
+from ..envs.tasks import choose_items
 from ..errors import UserError
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory
@@ -116,7 +117,7 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
     kwargs = config.suite.env_kwargs.get(env_id) or None
     tasks = registry.tasks(env_id, "test", kwargs)
     if config.suite.episodes:
-        tasks = tasks[:config.suite.episodes]
+        tasks = choose_items(tasks, config.suite.episodes, config.suite.items)
     path = out / "trajectories" / f"{env_id}.{run_pass.name}.jsonl"
     finished = read_finished(path, run_pass.samples)
     _rewrite(path, finished)  # drops cut-off lines and unfinished items before appending

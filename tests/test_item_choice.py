@@ -1,0 +1,41 @@
+"""`--episodes N` of `eval` and `bench-agent` draws N items spread over the split's categories
+(`envs.tasks.choose_items`), or its first N with `--items first`, which training's validation
+keeps so that its figures stay comparable across runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_cli import run
+
+from agentgym_rl.config import EvalConfig
+from agentgym_rl.envs import registry
+from agentgym_rl.envs.tasks import Task, choose_items
+
+
+def test_items_are_taken_from_each_category_in_turn_and_kept_in_split_order():
+    tasks = [Task("x", index, category) for index, category in enumerate("AAABCCA")]
+    assert [t.index for t in choose_items(tasks, 4, "stratified")] == [0, 1, 3, 4]  # A B C, then A again
+    assert [t.index for t in choose_items(tasks, 5, "stratified")] == [0, 1, 3, 4, 5]
+    assert [t.index for t in choose_items(tasks, 2, "stratified")] == [0, 3]
+    assert [t.index for t in choose_items(tasks, 4, "first")] == [0, 1, 2, 3]
+    assert choose_items(tasks, 9, "stratified") == tasks
+    with pytest.raises(ValueError, match="not 'random'"):
+        choose_items(tasks, 2, "random")
+
+
+def test_eval_spreads_its_items_and_validation_keeps_the_first(tmp_path):
+    first_five = {task.category for task in registry.tasks("babyai", "test")[:5]}
+    spread = {task.category for task in choose_items(registry.tasks("babyai", "test"), 5, "stratified")}
+    assert len(spread) > len(first_five)  # otherwise this test shows nothing
+    for flags, categories in (([], spread), (["--items", "first"], first_five)):
+        out = tmp_path / "summary.json"
+        result = run("eval", "--env", "babyai", "--policy", "random", "--episodes", "5", "--max-turns", "1",
+                     "--json", str(out), *flags)
+        assert result.returncode == 0, result.stderr
+        assert set(json.loads(out.read_text())["by_category"]) == categories
+        assert ("spread over the split's categories" in result.stdout) == (not flags)
+    assert EvalConfig().items == "first"  # what training validates on
+    bad = run("eval", "--env", "babyai", "--policy", "random", "--episodes", "5", "--items", "some")
+    assert bad.returncode == 2 and "eval.items" in bad.stderr
