@@ -1,6 +1,7 @@
 """`--episodes N` of `eval` and `bench-agent` draws N items spread over the split's categories
 (`envs.tasks.choose_items`), or its first N with `--items first`, which training's validation
-keeps so that its figures stay comparable across runs."""
+keeps so that its figures stay comparable across runs; `eval`'s other defaults hold whatever
+eval flag is given."""
 
 from __future__ import annotations
 
@@ -39,3 +40,14 @@ def test_eval_spreads_its_items_and_validation_keeps_the_first(tmp_path):
     assert EvalConfig().items == "first"  # what training validates on
     bad = run("eval", "--env", "babyai", "--policy", "random", "--episodes", "5", "--items", "some")
     assert bad.returncode == 2 and "eval.items" in bad.stderr
+
+
+def test_one_eval_flag_leaves_the_other_defaults_of_eval(tmp_path):
+    """`--samples 2` alone used to bring training's eval defaults (90 items, temperature 0)."""
+    out = tmp_path / "summary.json"
+    result = run("eval", "--env", "babyai", "--policy", "random", "--samples", "2", "--max-turns", "1",
+                 "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    assert summary["temperature"] == 1.0 and summary["items"] == "all"
+    assert summary["episodes"] == len(registry.tasks("babyai", "test"))  # items, each played twice

@@ -14,6 +14,18 @@ from .sections import (SECTION, EnvConfig, EvalConfig, NonNegative, NonNegativeF
 
 
 @dataclass(config=SECTION)
+class PlayEvalConfig(EvalConfig):
+    """The `eval` section of `eval` and `collect`: training's, with their own defaults. (A
+    `default_factory` would hold those only while no eval key is set: `eval --samples 4` got
+    training's 90 items at temperature 0, four identical greedy samples.)"""
+
+    episodes: NonNegative = 0
+    """Items played (0: every item of the split), drawn as `items` says."""
+    temperature: NonNegativeFloat = 1.0
+    """Sampling temperature of a model policy (0 = greedy)."""
+
+
+@dataclass(config=SECTION)
 class PlayConfig:
     """What `eval` and `collect` play: the environment, prompt options, how many episodes and
     how they are sampled (`eval.episodes` 0: every item of the split), and `run.seed`."""
@@ -21,7 +33,7 @@ class PlayConfig:
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    eval: EvalConfig = field(default_factory=lambda: EvalConfig(episodes=0, temperature=1.0))
+    eval: PlayEvalConfig = field(default_factory=PlayEvalConfig)
 
 
 PLAYED_SECTIONS = ("env", "rollout", "eval")
