@@ -113,8 +113,11 @@ def test_turns_are_encoded_exactly_as_smollm2s_own_template_renders_them(smollm2
 
 
 def test_the_instruct_model_plays_babyai_zero_shot_by_name_token_exactly(smollm2, smollm2_tokenizer, tmp_path):
+    # Greedy, as a zero-shot evaluation is (a sampled reply may be a spelling of its text that
+    # the tokenizer would not produce: the ids sampled are kept, and would not re-encode).
     code, out, err = cli("eval", "--policy", NAME, "--env", "babyai", "--episodes", "1", "--max-turns", "2",
-                         "--max-new-tokens", "12", "--system-prompt", "--trajectories", str(tmp_path / "ep.jsonl"))
+                         "--max-new-tokens", "12", "--temperature", "0", "--system-prompt",
+                         "--trajectories", str(tmp_path / "ep.jsonl"))
     assert code == 0, err
     assert "Avg@1" in out and "items 1 × samples 1" in out
     [episode] = load_trajectories(tmp_path / "ep.jsonl")
