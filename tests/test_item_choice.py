@@ -51,3 +51,15 @@ def test_one_eval_flag_leaves_the_other_defaults_of_eval(tmp_path):
     summary = json.loads(out.read_text())
     assert summary["temperature"] == 1.0 and summary["items"] == "all"
     assert summary["episodes"] == len(registry.tasks("babyai", "test"))  # items, each played twice
+
+
+def test_a_run_is_evaluated_on_the_items_its_validation_drew(tmp_path):
+    from test_env_e2e import TINY_RUN
+
+    train = run("train", "configs/babyai_grpo.yaml", *TINY_RUN, "env.kwargs={}",
+                f"run.output_dir={tmp_path}", "run.name=r")
+    assert train.returncode == 0, train.stderr[-2000:]
+    out = tmp_path / "summary.json"
+    result = run("eval", "--run", str(tmp_path / "r"), "--episodes", "5", "--max-turns", "1", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(out.read_text())["items"] == "first"

@@ -89,8 +89,8 @@ POLICY = typer.Option(None, help="'expert', 'random', a local model folder (a ru
                       "model (`agentgym-rl models list`).")
 ENV = typer.Option(None, help="Environment id (see `agentgym-rl envs`): env.id.")
 EPISODES = typer.Option(None, help="N items of the split (eval.episodes; default: all), drawn as --items says.")
-ITEMS = typer.Option(None, help="Which N items: 'stratified' (spread over the split's categories; eval's "
-                     "default) or 'first' (training's validation draws these) (eval.items).")
+ITEMS = typer.Option(None, help="Which N items: 'stratified' (spread over the split's categories; the default, "
+                     "but --run keeps the run's own) or 'first' (training's validation draws these) (eval.items).")
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
 MAX_TURNS = typer.Option(None, help="Turn limit (eval.max_turns; default: the environment's).")
 TEMPERATURE = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy (eval.temperature; "
@@ -133,6 +133,10 @@ def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_ar
         policy = str(latest_model(run))
     if flags.get("--episodes") is not None and flags["--episodes"] < 1:
         raise UserError(f"--episodes must be >= 1, got {flags['--episodes']}")
+    if "--items" in flags and flags["--items"] is None and run is None:
+        # eval spreads its items over the categories, except on a run (--run), which keeps the
+        # items its validation drew
+        flags = {**flags, "--items": "stratified"}
     env_id = flags.get("--env")
     if env_id is not None and env_id != data.get("env", {}).get("id", env_id):
         data["env"].pop("kwargs", None)  # another environment's constructor arguments do not apply
@@ -186,7 +190,7 @@ def eval_command(
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
-        "--listed-actions-only": listed_actions_only, "--items": items or "stratified"}, env_arg, overrides)
+        "--listed-actions-only": listed_actions_only, "--items": items}, env_arg, overrides)
     summary, episodes_run = evaluate_played(config, policy)
     if summary["items"] == "stratified":
         typer.echo(f"{summary['episodes']} items spread over the split's categories (--items first: the first "
