@@ -39,6 +39,7 @@ from minigrid.envs.babyai.core.verifier import AfterInstr, AndInstr, BeforeInstr
 from minigrid.utils.baby_ai_bot import BabyAIBot, DropSubgoal, GoNextToSubgoal, PickupSubgoal
 
 from .actions import PRIMITIVE_TEXT, execute, parse_action
+from .render import visible_cells
 
 #: Longest bot plan computed per turn (primitive steps).
 MAX_PLAN_STEPS = 300
@@ -91,6 +92,14 @@ class _ResumingBot(BabyAIBot):
                 self.stack.append(DropSubgoal(self))
                 self.stack.append(GoNextToSubgoal(self, drop_pos))
 
+    def _process_obs(self):
+        """The base bot's: mark the cells in view as seen (its `vis_mask`, indexed [x, y]),
+        with the visibility computed by `view_mask` instead of minigrid's `gen_obs_grid`."""
+        level = self.mission.unwrapped
+        for (x, y), _, _ in visible_cells(level):
+            self.vis_mask[x, y] = True
+        self.vis_mask[tuple(level.agent_pos)] = True
+
     def replan(self, action_taken=None):
         # The base bot can cycle forever inside one `replan` (e.g. exploring towards a cell
         # it then considers reached); the stack budget turns that into an exception.
@@ -128,10 +137,14 @@ def _progress(instr) -> tuple:
 
 
 def state_key(env) -> tuple:
-    """(carried object, grid encoding, instruction progress): what must match, apart from
-    the agent's pose."""
+    """(carried object, every cell that is not a wall with its encoding, instruction progress):
+    what must match, apart from the agent's pose. Keys are only compared within one level,
+    whose walls never change, so leaving them out keeps the same equalities as encoding the
+    whole grid, at a fraction of the cost (the plans compute a key at every step)."""
     carrying = (env.carrying.color, env.carrying.type) if env.carrying is not None else None
-    return carrying, env.grid.encode().tobytes(), _progress(env.instrs)
+    cells = tuple((i, cell.encode()) for i, cell in enumerate(env.grid.grid)
+                  if cell is not None and cell.type != "wall")
+    return carrying, cells, _progress(env.instrs)
 
 
 def pose(env) -> tuple[int, int, int, tuple[int, int] | None]:

@@ -96,12 +96,53 @@ def door_state(cell) -> str:
     return "locked" if cell.is_locked else "closed"
 
 
+def view_mask(env) -> np.ndarray:
+    """The visibility mask of minigrid's `env.gen_obs_grid()`, shape (view, view), indexed
+    [column from the left, row from the farthest], without building the view's grid.
+
+    The same sweep as minigrid's `Grid.process_vis`, over the cells' opacity only: minigrid
+    slices and rotates a copy of the view (new grid objects each time) first, which was most
+    of the time the expert's plans and every observation spent on seeing. `env` is an
+    unwrapped minigrid env; `test_babyai_view.py` checks the two agree."""
+    size = env.agent_view_size
+    if env.see_through_walls:
+        return np.ones((size, size), dtype=bool)
+    ax, ay = env.agent_pos
+    fx, fy = env.dir_vec
+    rx, ry = env.right_vec
+    width, height, cells = env.width, env.height, env.grid.grid
+    # opaque[i][j]: view cell (i, j) hides what is behind it; outside the level is a wall.
+    opaque = [[True] * size for _ in range(size)]
+    for j in range(size):
+        front = size - 1 - j
+        for i in range(size):
+            right = i - size // 2
+            x, y = ax + front * fx + right * rx, ay + front * fy + right * ry
+            if 0 <= x < width and 0 <= y < height:
+                cell = cells[y * width + x]
+                opaque[i][j] = cell is not None and not cell.see_behind()
+    mask = [[False] * size for _ in range(size)]
+    mask[size // 2][size - 1] = True
+    for j in reversed(range(size)):
+        for i in range(size - 1):
+            if mask[i][j] and not opaque[i][j]:
+                mask[i + 1][j] = True
+                if j > 0:
+                    mask[i + 1][j - 1] = mask[i][j - 1] = True
+        for i in reversed(range(1, size)):
+            if mask[i][j] and not opaque[i][j]:
+                mask[i - 1][j] = True
+                if j > 0:
+                    mask[i - 1][j - 1] = mask[i][j - 1] = True
+    return np.array(mask, dtype=bool)
+
+
 def visible_cells(env) -> Iterator[tuple[tuple[int, int], int, int]]:
     """Yield (absolute cell, steps in front, steps to the right) of every cell in view.
 
     The agent's own cell is left out. `env` is an unwrapped minigrid env.
     """
-    _, vis_mask = env.gen_obs_grid()
+    vis_mask = view_mask(env)
     size = env.agent_view_size
     ax, ay = env.agent_pos
     fx, fy = env.dir_vec
