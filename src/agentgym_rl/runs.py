@@ -4,7 +4,7 @@
 <run.output_dir>/<run.name>/
   config.yaml        the resolved config (`played_settings` reads what eval needs of it)
   metrics.jsonl      one JSON line per step (`MetricsLogger`, `read_metrics`)
-  tensorboard/       the same scalars for TensorBoard
+  tensorboard/       the same scalars for TensorBoard (wandb/ for W&B: `run.loggers`, trackers.py)
   trajectories/      step_000001.jsonl ... rollouts of each RL step
   validation/        step_000000.jsonl ... episodes of each validation
   checkpoints/       step_000044/ (RL), round_001/ (RFT), final/ (SFT, DPO): model/ is an HF folder
@@ -20,12 +20,9 @@ imports a trainer.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
-import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,8 +30,9 @@ import yaml
 
 from .agent.loading import model_damage
 from .config import PLAYED_SECTIONS, load_yaml, to_dict
-from .errors import UserError
+from .errors import DISK_ERRORS, UserError
 from .jsonlines import read_json_lines, warn_on_stderr
+from .trackers import open_trackers, scalars
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
@@ -86,9 +84,6 @@ def write_config(run_dir: str | Path, config: Any) -> None:
         raise UserError(f"only {free / 2**20:.0f} MiB are free on the disk of {str(run_dir)!r}; a run writes "
                         f"checkpoints, trajectories and logs: free at least {MIN_FREE_BYTES / 2**20:.0f} MiB")
 
-
-DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
-"""What writing a run meets when its disk is full, over quota or read-only."""
 
 
 def check_writable(run_dir: Path, doing: str) -> None:
@@ -170,31 +165,30 @@ def checkpoint_step(folder: Path) -> int:
 
 
 class MetricsLogger:
-    """Appends `{"step": s, **metrics}` lines; scalar metrics also go to TensorBoard.
+    """Appends `{"step": s, **metrics}` lines to `metrics.jsonl`; their numbers also go to the
+    trackers `run.loggers` names (`trackers.py`: TensorBoard, Weights & Biases, MLflow).
 
     Args:
-        run_dir: the run folder; writes `metrics.jsonl` and `tensorboard/` in it.
-        tensorboard: set False to skip TensorBoard (e.g. in short-lived evaluations).
+        run_dir: the run folder; writes `metrics.jsonl` in it (and `tensorboard/`, `wandb/`).
+        loggers: the trackers' names.
+        config: the run's config (a dataclass), given to the W&B and MLflow runs.
+        resumed_at: the checkpoint's step when the run is resumed.
     """
 
-    def __init__(self, run_dir: str | Path, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, loggers: list[str] | tuple[str, ...] = ("tensorboard",),
+                 config: Any = None, resumed_at: int | None = None):
         self.path = Path(run_dir) / METRICS
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            _report_event_writer_disk_errors()
-            self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+        name = getattr(getattr(config, "run", None), "name", None) or Path(run_dir).name
+        self.trackers = open_trackers(loggers, Path(run_dir), name, to_dict(config) if config is not None else {},
+                                      resumed_at)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps({"step": step, **metrics}) + "\n")
-        if self.writer is not None:
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(key, value, step)
-            self.writer.flush()
+        numbers = scalars(metrics)
+        for tracker in self.trackers:
+            tracker.log(step, numbers)
 
     def truncate_after(self, step: int) -> None:
         """Drop lines logged after `step` (a resumed run re-logs them)."""
@@ -204,28 +198,12 @@ class MetricsLogger:
         self.path.write_text("".join(json.dumps(row) + "\n" for row in kept))
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def _report_event_writer_disk_errors() -> None:
-    """TensorBoard writes its event file in a thread of its own, which on a full or read-only
-    disk dies with a traceback in the middle of the run's output. It is said in one line instead:
-    the run's next metrics write meets the same error and stops the run with its own line."""
-    previous = threading.excepthook
-    if getattr(previous, "reports_event_writer_disk_errors", False):
-        return
-
-    def hook(args: Any) -> None:
-        error = args.exc_value
-        if (isinstance(error, OSError) and error.errno in DISK_ERRORS
-                and type(args.thread).__name__ == "_AsyncWriterThread"):
-            print(f"warning: TensorBoard could not write its event file ({error.strerror or error})", file=sys.stderr)
-            return
-        previous(args)
-
-    hook.reports_event_writer_disk_errors = True  # type: ignore[attr-defined]
-    threading.excepthook = hook
+        for tracker in self.trackers:
+            try:
+                tracker.close()
+            except OSError as error:  # its last flush met the disk that stopped the run: said once already
+                if error.errno not in DISK_ERRORS:
+                    raise
 
 
 class NoMetrics:

@@ -50,6 +50,11 @@ class RunConfig:
     all-reduced), or "fsdp", 1/world of the parameters, gradients and optimizer state each
     (FSDP2), for models that do not fit one device. A process outside `torchrun` ignores it;
     `torchrun --nproc_per_node 1` shards over its one rank (scripts/gpu-check.sh does)."""
+    loggers: list[Literal["tensorboard", "wandb", "mlflow"]] = field(default_factory=lambda: ["tensorboard"])
+    """Where the scalars of `metrics.jsonl` also go (it is always written): TensorBoard
+    (`tensorboard/`), Weights & Biases (`WANDB_MODE=offline` works without an account) and
+    MLflow (a SQLite store beside the run folders unless `MLFLOW_TRACKING_URI` says otherwise);
+    the last two are `pip install 'agentgym-rl[loggers]'` (`trackers.py`)."""
     overwrite: bool = False
     """Start afresh in a run folder that already holds a run, deleting what it holds (the
     commands' `--overwrite`); false refuses such a folder (`--resume` continues it instead)."""

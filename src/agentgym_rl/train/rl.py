@@ -21,11 +21,11 @@ from ..algos import (KL, LOSS, HorizonSchedule, compute_advantages, discredit_tu
                      make_kl_controller, outcome_token_rewards, penalize_tokens, right_token_loss)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
-from ..errors import UserError
+from ..errors import DISK_ERRORS, UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
-from ..runs import CONFIG, DISK_ERRORS, check_writable, checkpoints, disk_stop, holds_run
+from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
 from .batch import TokenBatch, collate
 from .console import step_line
@@ -305,7 +305,7 @@ class RLTrainer(Trainer):
             self.val_engine.close()
             if self.workers is not None:
                 self.workers.close()
-        self.metrics.close()
+            self.metrics.close()
         ran = cfg.train.steps - start
         if idle:
             self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "

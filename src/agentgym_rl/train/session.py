@@ -31,7 +31,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.backends import model_policy
 from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
-from ..runs import MetricsLogger, NoMetrics, start_run
+from ..runs import MetricsLogger, NoMetrics, checkpoint_step, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
 from .learner import Learner
 
@@ -144,7 +144,7 @@ class Session:
             model.save_pretrained(run_dir / "warmup_model")
             tokenizer.save_pretrained(run_dir / "warmup_model")
         return cls(config, run_dir, model, tokenizer, Learner(model, config.optim, **learner_options),
-                   MetricsLogger(run_dir), device, log)
+                   MetricsLogger(run_dir, config.run.loggers, config), device, log)
 
     @classmethod
     def resume(cls, config: Any, checkpoint: Path, log: Callable[[str], Any] = print, writes: bool = True,
@@ -162,7 +162,8 @@ class Session:
             model = model.to(device)
         learner = Learner(model, config.optim, **learner_options)
         learner.load_state(checkpoint)
-        metrics = MetricsLogger(run_dir) if writes else NoMetrics()  # writes=False: a torchrun rank > 0
+        metrics = (MetricsLogger(run_dir, config.run.loggers, config, resumed_at=checkpoint_step(checkpoint))
+                   if writes else NoMetrics())  # writes=False: a torchrun rank > 0
         return cls(config, run_dir, model, tokenizer, learner, metrics, device, log, writes=writes)
 
     # ------------------------------------------------------------- using the model
