@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast test-vllm bench clean system-packages
+.PHONY: demo test test-fast test-vllm smoke bench clean system-packages
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ $(VLLM_VENV)/.installed: pyproject.toml
 
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm.py
+
+# Every config in configs/ with --smoke (about a minute each on 2 cores), checked to update the policy.
+smoke: system-packages $(VENV)/.installed
+	$(BIN)/python scripts/smoke.py --out runs/smoke
 
 bench: $(VENV)/.installed
 	$(PIP) -e ".[bench]"

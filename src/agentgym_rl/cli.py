@@ -412,8 +412,22 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Start afresh in a run folde
                          "deleting what it holds (run.overwrite=true).")
 
 
-def _with_overwrite(overrides: Optional[List[str]], overwrite: bool) -> list[str]:
-    return [*(overrides or []), *(["run.overwrite=true"] if overwrite else [])]
+SMOKE = typer.Option(False, "--smoke", help="Shrink the config to a run of about a minute on a CPU that still "
+                     "updates the policy (the preset in config/smoke.py; your key=value overrides go over it), "
+                     "as <run.name>_smoke.")
+
+
+def _with_overwrite(overrides: Optional[List[str]], overwrite: bool, smoke: bool = False, kind: str = "train",
+                    config: Optional[Path] = None) -> list[str]:
+    """The command's overrides: the smoke preset first when asked for, then the user's."""
+    preset: list[str] = []
+    if smoke:
+        from .config import load_yaml
+        from .config.smoke import smoke_overrides
+
+        data = load_yaml(config) if config is not None else {}
+        preset = smoke_overrides(kind, data if isinstance(data, dict) else {})
+    return [*preset, *(overrides or []), *(["run.overwrite=true"] if overwrite else [])]
 
 
 @app.command("config")
@@ -422,12 +436,18 @@ def config_command(
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     kind: str = typer.Option("auto", help="train, sft, dpo or rft (auto: told by the file's sections)."),
     keys: bool = typer.Option(False, "--keys", help="List every key with its type, default and description."),
+    smoke: bool = typer.Option(False, "--smoke", help="The config as `--smoke` runs it."),
 ) -> None:
     """Print the config a command would run with: every key, resolved (the file, then the
     overrides), under a comment saying what it does."""
-    from .config.describe import show_config
+    from .config.describe import config_class, show_config
 
-    typer.echo(show_config(config, overrides or [], kind, keys), nl=False)
+    if smoke:
+        from .config import DPOConfig, RFTConfig, SFTConfig
+
+        cls = config_class(config, kind)
+        kind = {SFTConfig: "sft", DPOConfig: "dpo", RFTConfig: "rft"}.get(cls, "train")
+    typer.echo(show_config(config, _with_overwrite(overrides, False, smoke, kind, config), kind, keys), nl=False)
 
 
 @app.command()
@@ -436,6 +456,7 @@ def train(
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     resume: bool = typer.Option(False, help="Continue from the run folder's latest checkpoint."),
     overwrite: bool = OVERWRITE,
+    smoke: bool = SMOKE,
 ) -> None:
     """Train with online RL (GRPO + ScalingInter-RL by default). Under `torchrun --nproc_per_node N
     -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py).
@@ -445,9 +466,10 @@ def train(
     from .train import distributed
     from .train.rl import RLTrainer
 
-    if resume and overwrite:
-        raise UserError("--resume continues a run and --overwrite deletes it: give one of them")
-    train_config = load_config(RLConfig, config, _with_overwrite(overrides, overwrite))
+    if resume and (overwrite or smoke):
+        raise UserError(f"--resume continues a run and {'--overwrite' if overwrite else '--smoke'} starts it "
+                        "afresh: give one of them")
+    train_config = load_config(RLConfig, config, _with_overwrite(overrides, overwrite, smoke, "train", config))
     trainer = RLTrainer(train_config)
     try:
         trainer.fit(resume=resume)
@@ -547,12 +569,13 @@ def sft(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     overwrite: bool = OVERWRITE,
+    smoke: bool = SMOKE,
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
     from .config import SFTConfig, load_config
     from .train.sft import SFTTrainer
 
-    result = SFTTrainer(load_config(SFTConfig, config, _with_overwrite(overrides, overwrite))).fit()
+    result = SFTTrainer(load_config(SFTConfig, config, _with_overwrite(overrides, overwrite, smoke, "sft", config))).fit()
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -561,12 +584,13 @@ def dpo(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     overwrite: bool = OVERWRITE,
+    smoke: bool = SMOKE,
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
     from .config import DPOConfig, load_config
     from .train.dpo import DPOTrainer
 
-    result = DPOTrainer(load_config(DPOConfig, config, _with_overwrite(overrides, overwrite))).fit()
+    result = DPOTrainer(load_config(DPOConfig, config, _with_overwrite(overrides, overwrite, smoke, "dpo", config))).fit()
     if result["before"] is not None:
         typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
@@ -577,12 +601,13 @@ def rft(
     config: Path = CONFIG,
     overrides: Optional[List[str]] = CONFIG_OVERRIDES,
     overwrite: bool = OVERWRITE,
+    smoke: bool = SMOKE,
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
     from .config import RFTConfig, load_config
     from .train.rft import RFTTrainer
 
-    trainer = RFTTrainer(load_config(RFTConfig, config, _with_overwrite(overrides, overwrite)))
+    trainer = RFTTrainer(load_config(RFTConfig, config, _with_overwrite(overrides, overwrite, smoke, "rft", config)))
     records = trainer.fit()
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:

@@ -86,9 +86,9 @@ class EnvConfig:
     """Seconds an environment server may take to answer one call; an episode whose call times
     out ends as failed (recorded with the reason, left out of the update)."""
     invalid_action_penalty: NonNegativeFloat = 0.0
-    """RL training only: subtract this from the reward of each step the environment marks
-    invalid (`envs.wrappers.InvalidActionPenalty`). Validation and evaluation keep the
-    environment's own reward."""
+    """Training rollouts only (RL's, and the samples DPO pairs and RFT filters): subtract this
+    from the reward of each step the environment marks invalid (`envs.wrappers.InvalidActionPenalty`).
+    Validation and evaluation keep the environment's own reward."""
 
 
 @dataclass(config=SECTION)

@@ -192,9 +192,11 @@ class Session:
     def sample(self, tasks: list[Task], samples: int, temperature: float, max_turns: int | None,
                desc: str) -> list[Trajectory]:
         """`samples` episodes of the model on each of `tasks` (horizon `max_turns`, None: the
-        environment's), with a progress bar; token ids exactly as sampled."""
+        environment's), with a progress bar; token ids exactly as sampled. Training data (DPO's
+        pairs, RFT's rounds): rewards carry `env.invalid_action_penalty`, as RL's rollouts do."""
         env = self.config.env
-        engine = RolloutEngine(registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout),
+        make_env = registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout)
+        engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env.invalid_action_penalty),
                                self.config.rollout)
         horizon = max_turns or registry.spec(env.id).max_turns
         with engine, progress_bar(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
