@@ -5,6 +5,7 @@ between the generator and the learner that every RL step logs."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -269,6 +270,11 @@ def test_a_full_disk_under_tensorboard_is_one_warning_and_one_error_line(tmp_pat
     monkeypatch.setattr(RecordWriter, "write", full_from_step_1)  # what TensorBoard's writer thread calls
     with pytest.raises(UserError, match="No space left on device"):
         RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
+    # The warning comes from TensorBoard's writer thread: reading the capture while it still
+    # writes can cut the line, so the thread ends first.
+    for thread in threading.enumerate():
+        if type(thread).__name__ == "_AsyncWriterThread":
+            thread.join(timeout=10)
     said = capfd.readouterr().err
     assert "warning: TensorBoard could not write its event file (No space left on device)" in said
     assert "Traceback" not in said
