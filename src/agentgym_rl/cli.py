@@ -417,7 +417,7 @@ SMOKE = typer.Option(False, "--smoke", help="Shrink the config to a run of about
                      "as <run.name>_smoke.")
 
 
-def _with_overwrite(overrides: Optional[List[str]], overwrite: bool, smoke: bool = False, kind: str = "train",
+def _command_overrides(overrides: Optional[List[str]], overwrite: bool, smoke: bool = False, kind: str = "train",
                     config: Optional[Path] = None) -> list[str]:
     """The command's overrides: the smoke preset first when asked for, then the user's."""
     preset: list[str] = []
@@ -447,7 +447,7 @@ def config_command(
 
         cls = config_class(config, kind)
         kind = {SFTConfig: "sft", DPOConfig: "dpo", RFTConfig: "rft"}.get(cls, "train")
-    typer.echo(show_config(config, _with_overwrite(overrides, False, smoke, kind, config), kind, keys), nl=False)
+    typer.echo(show_config(config, _command_overrides(overrides, False, smoke, kind, config), kind, keys), nl=False)
 
 
 @app.command()
@@ -469,7 +469,7 @@ def train(
     if resume and (overwrite or smoke):
         raise UserError(f"--resume continues a run and {'--overwrite' if overwrite else '--smoke'} starts it "
                         "afresh: give one of them")
-    train_config = load_config(RLConfig, config, _with_overwrite(overrides, overwrite, smoke, "train", config))
+    train_config = load_config(RLConfig, config, _command_overrides(overrides, overwrite, smoke, "train", config))
     trainer = RLTrainer(train_config)
     try:
         trainer.fit(resume=resume)
@@ -489,7 +489,7 @@ def quickstart(
     """Build a tiny model, warm it up, train it with GRPO on BabyAI, and compare before/after."""
     from .quickstart import run_quickstart
 
-    run_quickstart(_with_overwrite(overrides, overwrite))
+    run_quickstart(_command_overrides(overrides, overwrite))
 
 
 @app.command()
@@ -575,7 +575,8 @@ def sft(
     from .config import SFTConfig, load_config
     from .train.sft import SFTTrainer
 
-    result = SFTTrainer(load_config(SFTConfig, config, _with_overwrite(overrides, overwrite, smoke, "sft", config))).fit()
+    overrides = _command_overrides(overrides, overwrite, smoke, "sft", config)
+    result = SFTTrainer(load_config(SFTConfig, config, overrides)).fit()
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -590,7 +591,8 @@ def dpo(
     from .config import DPOConfig, load_config
     from .train.dpo import DPOTrainer
 
-    result = DPOTrainer(load_config(DPOConfig, config, _with_overwrite(overrides, overwrite, smoke, "dpo", config))).fit()
+    overrides = _command_overrides(overrides, overwrite, smoke, "dpo", config)
+    result = DPOTrainer(load_config(DPOConfig, config, overrides)).fit()
     if result["before"] is not None:
         typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
@@ -607,7 +609,7 @@ def rft(
     from .config import RFTConfig, load_config
     from .train.rft import RFTTrainer
 
-    trainer = RFTTrainer(load_config(RFTConfig, config, _with_overwrite(overrides, overwrite, smoke, "rft", config)))
+    trainer = RFTTrainer(load_config(RFTConfig, config, _command_overrides(overrides, overwrite, smoke, "rft", config)))
     records = trainer.fit()
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:
