@@ -268,11 +268,12 @@ def test_a_full_disk_under_tensorboard_is_one_warning_and_one_error_line(tmp_pat
         return written(self, data)
 
     monkeypatch.setattr(RecordWriter, "write", full_from_step_1)  # what TensorBoard's writer thread calls
+    before = set(threading.enumerate())  # writer threads other tests of this worker left running
     with pytest.raises(UserError, match="No space left on device"):
         RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
-    # The warning comes from TensorBoard's writer thread: reading the capture while it still
-    # writes can cut the line, so the thread ends first.
-    for thread in threading.enumerate():
+    # The warning comes from this run's TensorBoard writer thread: reading the capture while it
+    # still writes can cut the line, so that thread ends first.
+    for thread in set(threading.enumerate()) - before:
         if type(thread).__name__ == "_AsyncWriterThread":
             thread.join(timeout=10)
     said = capfd.readouterr().err
