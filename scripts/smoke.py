@@ -39,7 +39,8 @@ def evidence(command: str, rows: list[dict]) -> str | None:
                 f"{sum(r['update/trajectories'] for r in updated)} rows") if updated else None
     if command in ("sft", "dpo"):
         steps = [r for r in rows if "loss" in r and r["step"] > 0]
-        what = "demonstrations" if command == "sft" else f"{rows[1].get('pairs', '?')} pairs" if len(rows) > 1 else ""
+        pairs = next((r["pairs"] for r in rows if "pairs" in r), "?")
+        what = "demonstrations" if command == "sft" else f"{pairs} pairs"
         return f"{len(steps)} optimizer steps on {what}" if steps else None
     kept = sum(r.get("sft/conversations", 0) for r in rows)
     return f"fine-tuned on {kept} kept successes" if kept else None
@@ -69,7 +70,7 @@ def main() -> int:
                         if done.returncode else "updated nothing")
         results.append((config.name, command, seconds, found is not None, why))
         print(f"   {seconds:.0f} s  {'ok' if found else 'FAILED'}: {why}", flush=True)
-    print(f"\n| config | command | wall | updated from a real signal |\n|---|---|---|---|")
+    print("\n| config | command | wall | updated from a real signal |\n|---|---|---|---|")
     for name, command, seconds, ok, why in results:
         print(f"| {name} | {command} | {seconds:.0f} s | {'yes' if ok else 'NO'}: {why} |")
     return 0 if all(ok for *_, ok, _ in results) else 1

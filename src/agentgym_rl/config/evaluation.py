@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 from dataclasses import field
-from typing import Any, Dict, List, Literal
+from typing import Any, Dict, List
 
 from pydantic.dataclasses import dataclass
 
-from .sections import (SECTION, EnvConfig, EvalConfig, NonNegative, NonNegativeFloat, Positive, RolloutConfig,
-                       RunConfig)
+from .sections import (SECTION, EnvConfig, EvalConfig, ItemChoice, NonNegative, NonNegativeFloat, Positive,
+                       RolloutConfig, RunConfig)
 
 
 @dataclass(config=SECTION)
@@ -55,7 +55,7 @@ class SuiteSection:
     """Environment ids; empty: every registered environment."""
     episodes: NonNegative = 0
     """N items of each test split, drawn as `items` says (0: all)."""
-    items: Literal["first", "stratified"] = "stratified"
+    items: ItemChoice = "stratified"
     """Which N items: spread over the split's categories, or its first N."""
     greedy: bool = True
     samples: NonNegative = 4

@@ -21,6 +21,9 @@ SECTION = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
+ItemChoice = Literal["first", "stratified"]
+"""How N items are drawn from a split: its first N, or N spread over its categories
+(`envs.tasks.choose_items`)."""
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 
 
@@ -306,7 +309,7 @@ class EvalConfig:
 
     episodes: NonNegative = 90
     """Items evaluated (0: none), drawn as `items` says."""
-    items: Literal["first", "stratified"] = "first"
+    items: ItemChoice = "first"
     """Which `episodes` items of the split: the first ones (training's validation: the same items
     in every run and in the published figures) or spread over its categories (`agentgym-rl eval`'s
     default, so that a few items do not all come from one category)."""

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
+
+from ..config.sections import ItemChoice
 
 SPLITS = ("train", "test")
 
@@ -26,8 +29,7 @@ class Task:
         return f"{self.env_id}_{self.index}"
 
 
-ITEM_CHOICES = ("first", "stratified")
-"""How N items are drawn from a split: its first N, or N spread over its categories."""
+ITEM_CHOICES = get_args(ItemChoice)
 
 
 def choose_items(tasks: list[Task], count: int, how: str = "first") -> list[Task]:
