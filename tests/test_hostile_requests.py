@@ -20,6 +20,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 from conftest import CORPUS
+from test_cli import run
 from test_server import free_port, wait_until_healthy
 
 from agentgym_rl.agent.loading import load_model_and_tokenizer
@@ -282,8 +283,7 @@ def test_a_port_in_use_is_a_one_line_error(model_dir):
         taken.listen()
         port = taken.getsockname()[1]
         for command in (["serve-env", "babyai"], ["view", str(model_dir)]):
-            result = subprocess.run([sys.executable, "-m", "agentgym_rl.cli", *command, "--port", str(port)],
-                                    capture_output=True, text=True, timeout=120)
+            result = run(*command, "--port", str(port))  # in this process: what a process prints
             assert result.returncode == 2, result.stderr
             assert result.stderr.strip().startswith("error: cannot listen on 127.0.0.1:") \
                 and len(result.stderr.strip().splitlines()) == 1, result.stderr

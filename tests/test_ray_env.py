@@ -40,19 +40,18 @@ def test_bad_ray_addresses_are_refused(url):
         parse_address(url)
 
 
-def play(make_env, policy, tasks):
-    with RolloutEngine(make_env, RolloutConfig(max_envs=4)) as engine:
-        return engine.run(tasks, policy, 6, samples=2, seed=3)
-
-
 def test_a_ray_rollout_equals_the_in_process_one(on_ray):
     tasks = registry.tasks("babyai", "test")[:5]
-    local = play(registry.env_factory("babyai"), RandomPolicy(7), tasks)
-    remote = play(on_ray, RandomPolicy(7), tasks)
+    with RolloutEngine(registry.env_factory("babyai"), RolloutConfig(max_envs=2)) as engine:
+        local = engine.run(tasks, RandomPolicy(7), 6, samples=2, seed=3)
+    # One engine for both policies: its two actors (a process each, seconds to start) are reused.
+    with RolloutEngine(on_ray, RolloutConfig(max_envs=2)) as engine:
+        remote = engine.run(tasks, RandomPolicy(7), 6, samples=2, seed=3)
+        expert = engine.run(tasks, registry.make_expert("babyai"), 6, seed=3)  # it asks through the actor
+        assert engine.envs_made == 2
     assert [t.messages for t in remote] == [t.messages for t in local]
     assert [(t.reward, t.success, t.turns) for t in remote] == [(t.reward, t.success, t.turns) for t in local]
     assert all(t.error is None for t in remote)
-    expert = play(on_ray, registry.make_expert("babyai"), tasks)  # the expert asks through the actor
     assert all(t.success for t in expert)
 
 
@@ -92,9 +91,9 @@ def test_bad_environment_arguments_are_a_user_error(on_ray):
 
 def test_eval_on_ray_through_the_cli(tmp_path, ray_instance):
     out = tmp_path / "summary.json"
-    # In this process, so that it joins the session's Ray instance.
+    # In this process, so that it joins the session's Ray instance; one actor (seconds to start).
     result = run("eval", "--env", "babyai", "--policy", "expert", "--episodes", "4", "--json", str(out),
-                 "env.urls=[ray:local]")
+                 "env.urls=[ray:local]", "rollout.max_envs=1")
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(out.read_text())
     assert summary["episodes"] == 4 and summary["success"] == 1.0 and summary["errors"] == 0

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_cli import run as in_process
 from test_env_e2e import TINY_RUN
 from test_server import free_port
 
@@ -55,10 +56,9 @@ def test_two_processes_write_the_run_once_and_it_resumes_across_process_counts_a
     model, _ = load_model_and_tokenizer(run_dir / "checkpoints" / "step_000001" / "model")
     assert model.config.hidden_size == 32
 
-    # One process continues the 2-rank run from its checkpoint.
-    one_process = [sys.executable, "-m", "agentgym_rl.cli", "train", str(REPO / "configs" / "babyai_grpo.yaml")]
-    resumed = subprocess.run([*one_process, *run, "run.parallel=fsdp", "train.steps=2", "--resume"],
-                             capture_output=True, text=True, timeout=600, cwd=REPO)
+    # One process continues the 2-rank run from its checkpoint (this one: no process to start).
+    resumed = in_process("train", str(REPO / "configs" / "babyai_grpo.yaml"), *run, "run.parallel=fsdp",
+                         "train.steps=2", "--resume", cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from" in resumed.stdout and [row["step"] for row in rows()] == [0, 1, 2]
 
