@@ -1,8 +1,8 @@
-"""The training plot's smoothing."""
+"""The training plot: its smoothing and its panels."""
 
 import pytest
 
-from agentgym_rl.eval.plots import smoothing_window, trailing_mean
+from agentgym_rl.eval.plots import smoothing_window, trailing_mean, training_figure
 
 
 def test_trailing_mean_by_hand():
@@ -16,3 +16,51 @@ def test_trailing_mean_by_hand():
 
 def test_smoothing_window_is_a_tenth_of_the_run_within_1_and_20():
     assert [smoothing_window(n) for n in (0, 9, 44, 120, 1000)] == [1, 1, 4, 12, 20]
+
+
+def _rows(steps: int, entropy: bool) -> list[dict]:
+    rows = [{"step": 0, "val/success": 0.1}]
+    for step in range(1, steps + 1):
+        rows.append({"step": step, "horizon": 4 if step <= steps // 2 else 6, "train/success": step / steps,
+                     "train/reward": step / steps - 0.3, "train/turns": 4.0 if step <= steps // 2 else 6.0,
+                     "update/loss": 1.0 / step, "update/approx_kl": 0.01,
+                     **({"update/entropy": 2.0} if entropy else {})})
+    return rows
+
+
+def test_the_training_figure_has_success_turns_loss_and_kl_panels_on_integer_steps():
+    import matplotlib.pyplot as plt
+
+    fig = training_figure(_rows(7, entropy=False), "run")
+    try:
+        success, turns, loss, kl = fig.axes[:4]
+        assert [ax.get_title() for ax in (success, turns, loss, kl)] == [
+            "success", "interaction horizon", "loss", "KL and entropy"]
+        assert {"train success", "train reward", "validation success"} <= set(success.get_legend_handles_labels()[1])
+        assert success.get_ylim()[0] < 1 / 7 - 0.3  # the lowest reward, below 0, stays in view
+        assert "loss" in loss.get_legend_handles_labels()[1]
+        assert "KL to the sampling policy" in kl.get_legend_handles_labels()[1]
+        assert any("entropy: logged when" in text.get_text() for text in kl.texts)
+        # The horizon is drawn over the turns used, which sit on it here.
+        lines = {line.get_label(): line for line in turns.lines}
+        assert lines["horizon (max turns)"].get_zorder() > lines["mean turns used"].get_zorder()
+        fig.canvas.draw()
+        for ax in (loss, kl):
+            labels = [tick.get_text().replace("\N{MINUS SIGN}", "-") for tick in ax.get_xticklabels()]
+            assert labels and all(float(label).is_integer() for label in labels if label), labels
+    finally:
+        plt.close(fig)
+
+
+def test_a_logged_entropy_gets_its_own_axis():
+    import matplotlib.pyplot as plt
+
+    fig = training_figure(_rows(30, entropy=True), "run")
+    try:
+        entropy_axis = fig.axes[4]  # the KL panel's twin
+        assert entropy_axis.get_ylabel() == "entropy (nats)"
+        assert not any("entropy: logged when" in text.get_text() for text in fig.axes[3].texts)
+        legend = [text.get_text() for text in fig.axes[3].get_legend().get_texts()]
+        assert "entropy (mean of 3 steps)" in legend and "KL to the sampling policy (mean of 3 steps)" in legend
+    finally:
+        plt.close(fig)

@@ -166,6 +166,25 @@ def test_only_files_under_the_runs_folder_are_served(client, runs_dir, tmp_path)
         (runs_dir / "linked").unlink()
 
 
+def test_runs_in_sub_folders_are_listed_and_served(runs_dir, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(runs_dir / "run", runs / "compare" / "a")
+    shutil.copytree(runs_dir / "run", runs / "compare" / "a" / "bench")  # inside a run: not a run of its own
+    shutil.copytree(runs_dir / "run", runs / "d1" / "d2" / "d3" / "deep")  # deeper than the viewer looks
+    os.symlink(runs_dir, runs / "linked")  # a folder of runs reached through a link: not followed
+    client = TestClient(create_app(runs, allowed_hosts=["testserver"]))
+    assert [r["name"] for r in client.get("/api/runs").json()["runs"]] == ["compare/a"]
+    assert client.get("/api/runs/compare%2Fa").json()["config"]["train"]["steps"] == 2
+    assert client.get("/api/runs/compare/a").json()["name"] == "compare/a"
+    assert client.get("/api/runs/compare/a/trajectories", params={"split": "validation"}).json()["total"] == 6
+    replayed = client.get("/api/runs/compare/a/trajectory", params={"split": "trajectories", "step": 1, "line": 0})
+    assert replayed.status_code == 200 and replayed.json()["env_id"] == "babyai"
+    # (".." and "." written as %2F-joined names: a client would resolve them in a plain path.)
+    for name in ["compare", "compare/a/bench", "linked/run", "compare%2F..%2Fcompare%2Fa", "compare%2F%2Fa",
+                 ".%2Fcompare%2Fa", "d1/d2/d3/deep"]:
+        assert client.get(f"/api/runs/{name}").status_code == 404, name
+
+
 def test_playground_by_hand_and_by_the_runs_model(client):
     started = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3"})
     assert started.status_code == 200, started.text
@@ -349,4 +368,60 @@ def test_pages_load_filter_replay_and_play_in_chromium(page, runs_dir):
     page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 2')")
     assert page.locator("[data-testid=p-log] .msg.assistant").count() == 2
     page.screenshot(path=ARTIFACTS / "playground.png", full_page=True)
+    assert errors == []
+
+
+def test_the_plot_fills_the_page_with_labelled_axes_and_the_ticked_runs_curves(page, runs_dir, tmp_path):
+    """Two runs: `a` (the module's run) and `group/b`, newer, with a metric only it logs, 40
+    points long (so that smoothing draws a trend over them)."""
+    runs = tmp_path / "runs"
+    shutil.copytree(runs_dir / "run", runs / "a")
+    b = runs / "group" / "b"
+    shutil.copytree(runs_dir / "run", b)
+    with (b / "metrics.jsonl").open("a") as metrics:
+        for step in range(3, 43):
+            metrics.write(json.dumps({"step": step, "custom/only_in_b": step % 7}) + "\n")
+    os.utime(b / "config.yaml", (os.path.getmtime(runs / "a" / "config.yaml") + 10,) * 2)  # b is the newest
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    with serving_app(create_app(runs)) as url:
+        page.goto(url + "/")
+        rows = page.locator("[data-testid=run-table] tbody tr")
+        rows.nth(1).wait_for()
+        assert [rows.nth(i).locator("td").nth(1).inner_text() for i in range(2)] == ["group/b", "a"]
+        page.locator("[data-testid=plot] path").first.wait_for(state="attached")
+        plot = page.locator("[data-testid=plot] svg")
+        assert plot.bounding_box()["width"] > 0.9 * page.viewport_size["width"] - 40  # the page's width
+        assert page.locator("[data-testid=plot] svg text.label").all_text_contents() == ["step", "train/success"]
+        assert page.locator("[data-testid=plot] svg line.grid").count() >= 4
+        y_ticks = page.locator("[data-testid=plot] svg text.tick.y").all_text_contents()
+        assert (y_ticks[0], y_ticks[-1]) == ("0", "1")  # a rate spans 0-1
+        assert page.locator("[data-testid=plot] svg text.tick.x").all_text_contents() == ["1", "2"]  # whole steps
+
+        def curves() -> list[str]:
+            return page.locator("[data-testid=metric] option").all_inner_texts()
+
+        assert "custom/only_in_b" in curves()  # b, the newest, is ticked
+        page.locator("input[data-run='group/b']").uncheck()
+        page.locator("input[data-run='a']").check()
+        page.wait_for_function("![...document.querySelectorAll('#metric option')].some(o => o.value === 'custom/only_in_b')")
+        page.locator("input[data-run='group/b']").check()  # the list is the union of the ticked runs'
+        page.wait_for_function("[...document.querySelectorAll('#metric option')].some(o => o.value === 'custom/only_in_b')")
+        assert page.locator("[data-testid=legend]").inner_text().count("points") == 2
+
+        page.select_option("[data-testid=metric]", "custom/only_in_b")
+        page.wait_for_function("document.querySelectorAll('#plot path[data-series^=\"group/b\"]').length === 2")
+        assert page.locator("#plot path[data-series='group/b (mean of 4)']").count() == 1  # the trend
+        page.locator("[data-testid=smooth]").uncheck()
+        page.wait_for_function("document.querySelectorAll('#plot path[data-series^=\"group/b\"]').length === 1")
+        page.screenshot(path=ARTIFACTS / "two_runs.png")
+
+        # The playground says when a run's model would act in an environment it was not trained on.
+        page.click("nav button[data-tab=playground]")
+        page.locator("[data-testid=p-env] option").first.wait_for(state="attached")
+        page.select_option("[data-testid=p-run]", "a")
+        page.select_option("[data-testid=p-env]", "textcraft")
+        assert "trained on babyai, not textcraft" in page.locator("[data-testid=p-warning]").inner_text()
+        page.select_option("[data-testid=p-env]", "babyai")
+        assert page.locator("[data-testid=p-warning]").inner_text() == ""
     assert errors == []

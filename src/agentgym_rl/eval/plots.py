@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from ..runs import read_metrics
 
@@ -36,47 +37,91 @@ def smoothing_window(steps: int) -> int:
 
 
 def plot_run(run_dir: str | Path) -> Path:
-    """Write `report/training.png`: training success and reward per step (each step's value
-    faint, their trailing mean over a tenth of the run bold), validation success, the horizon
-    schedule and the turns used. Returns the image path."""
+    """Write `report/training.png` (`training_figure` of the run's metrics). Returns its path."""
+    run = Path(run_dir)
+    fig = training_figure(read_metrics(run), f"{run.name}: ScalingInter-RL training")
+    import matplotlib.pyplot as plt  # after training_figure chose the Agg backend
+
+    out = run / "report" / "training.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def training_figure(rows: list[dict], title: str) -> Any:
+    """Four panels over the RL steps of `metrics.jsonl` rows: success (training, each step's
+    value faint and their trailing mean over a tenth of the run bold, and validation), turns
+    (the horizon schedule and the turns used), the loss, and the policy's KL (to the sampling
+    policy, and to the reference when the run has one) with its entropy when logged."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
-    run = Path(run_dir)
-    rows = read_metrics(run)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
-    steps, success = _series(rows, "train/success")
-    window = smoothing_window(len(steps))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
+    (success_ax, turns_ax), (loss_ax, kl_ax) = axes
+    window = smoothing_window(len(_series(rows, "train/success")[0]))
     mean_label = f" (mean of {window} steps)" if window > 1 else ""
-    top.plot(steps, success, color="tab:blue", alpha=0.25, linewidth=1)
-    top.plot(steps, trailing_mean(success, window), color="tab:blue", linewidth=2,
-             label=f"train success{mean_label}")
-    steps_r, reward = _series(rows, "train/reward")
-    top.plot(steps_r, trailing_mean(reward, window), color="tab:orange", linewidth=1.5, linestyle="--",
-             label=f"train reward{mean_label}")
+
+    def trend(ax, key: str, color: str, label: str, **style) -> bool:
+        """Each step's value faint, the trailing mean bold; False when `key` was never logged."""
+        steps, values = _series(rows, key)
+        if not steps:
+            return False
+        if window > 1:
+            ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+        ax.plot(steps, trailing_mean(values, window), color=color, linewidth=2, label=label + mean_label, **style)
+        return True
+
+    trend(success_ax, "train/success", "tab:blue", "train success")
+    trend(success_ax, "train/reward", "tab:orange", "train reward", linestyle="--")
     val_steps, val_success = _series(rows, "val/success")
     if val_steps:
-        top.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
-    top.set_ylim(-0.02, 1.02)
-    top.set_ylabel("fraction / reward")
-    top.legend(loc="upper left", fontsize="small")
-    top.grid(alpha=0.3)
+        success_ax.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
+    lowest = min(_series(rows, "train/reward")[1], default=0.0)  # rewards go below 0 with penalties
+    success_ax.set_ylim(min(-0.03, lowest - 0.05), 1.03)
+    success_ax.set_ylabel("fraction / reward")
+    success_ax.set_title("success", fontsize="medium")
+
+    trend(turns_ax, "train/turns", "tab:purple", "mean turns used")
+    # Drawn after the turns and dashed: the turns used often sit on the horizon.
     h_steps, horizon = _series(rows, "horizon")
-    bottom.step(h_steps, horizon, where="post", color="tab:red", label="horizon (max turns)")
-    turn_steps, turns = _series(rows, "train/turns")
-    bottom.plot(turn_steps, turns, color="tab:purple", alpha=0.25, linewidth=1)
-    bottom.plot(turn_steps, trailing_mean(turns, window), color="tab:purple", linewidth=2,
-                label=f"mean turns used{mean_label}")
-    bottom.set_xlabel("RL step")
-    bottom.set_ylabel("turns")
-    bottom.legend(loc="lower right", fontsize="small")
-    bottom.grid(alpha=0.3)
-    fig.suptitle(f"{run.name}: ScalingInter-RL training")
+    turns_ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
+                  label="horizon (max turns)")
+    turns_ax.set_ylim(bottom=0)
+    turns_ax.set_ylabel("turns")
+    turns_ax.set_title("interaction horizon", fontsize="medium")
+
+    if not trend(loss_ax, "update/loss", "tab:brown", "loss"):
+        loss_ax.text(0.5, 0.5, "no update logged yet", transform=loss_ax.transAxes, ha="center", color="grey")
+    loss_ax.set_ylabel("loss")
+    loss_ax.set_title("loss", fontsize="medium")
+
+    trend(kl_ax, "update/approx_kl", "tab:cyan", "KL to the sampling policy")
+    trend(kl_ax, "update/kl", "tab:olive", "KL to the reference")
+    kl_ax.set_ylabel("KL")
+    entropy_ax = kl_ax.twinx()
+    if trend(entropy_ax, "update/entropy", "tab:gray", "entropy", linestyle=":"):
+        entropy_ax.set_ylabel("entropy (nats)")
+    else:
+        entropy_ax.set_yticks([])
+        kl_ax.text(0.98, 0.95, "entropy: logged when algo.entropy_coef > 0", transform=kl_ax.transAxes,
+                   ha="right", va="top", fontsize="small", color="grey")
+    kl_ax.set_title("KL and entropy", fontsize="medium")
+
+    for ax in axes.flat:
+        ax.grid(alpha=0.3)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        handles, labels = ax.get_legend_handles_labels()
+        if ax is kl_ax:
+            more = entropy_ax.get_legend_handles_labels()
+            handles, labels = handles + more[0], labels + more[1]
+        if handles:
+            ax.legend(handles, labels, loc="best", fontsize="small")
+    for ax in axes[1]:
+        ax.set_xlabel("RL step")
+    fig.suptitle(title)
     fig.tight_layout()
-    out = run / "report" / "training.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig

@@ -112,19 +112,31 @@ def _figure():
     return plt, *plt.subplots(figsize=(6.4, 4.2))
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+"""One marker per environment: lines that coincide (two envs both at 100%) stay told apart."""
+
+
+def _finish(ax, title: str, xlabel: str, ylabel: str) -> None:
+    # A margin around 0-100%, so a line at 100% does not sit on the frame.
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, ylim=(-4, 104))
+    ax.margins(x=0.03)
+    ax.grid(alpha=0.3)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    if ax.lines:
+        ax.legend(fontsize="small")
+
+
 def plot_turns(results: dict, path: Path) -> None:
     """Success against the turn budget, one line per env (greedy solid, sampled dashed)."""
     plt, fig, ax = _figure()
-    for env_id, result in results["envs"].items():
+    for number, (env_id, result) in enumerate(results["envs"].items()):
         for name, style in (("greedy", "-"), ("sampled", "--")):
             if name in result:
                 curve = result[name]["success_within_turns"]
                 ax.step(range(1, len(curve) + 1), [100 * v for v in curve], style, where="post",
-                        label=f"{env_id} {name}")
-    ax.set(xlabel="turn budget", ylabel="success (%)", title="Test-time scaling: interaction turns", ylim=(0, 100))
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize="small")
+                        marker=MARKERS[number % len(MARKERS)], markevery=max(1, len(curve) // 8),
+                        markersize=5, alpha=0.85, label=f"{env_id} {name}")
+    _finish(ax, "Test-time scaling: interaction turns", "turn budget", "success (%)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -133,17 +145,13 @@ def plot_turns(results: dict, path: Path) -> None:
 def plot_pass_at_k(results: dict, path: Path) -> None:
     """Pass@k against k (parallel samples), one line per env."""
     plt, fig, ax = _figure()
-    for env_id, result in results["envs"].items():
+    for number, (env_id, result) in enumerate(results["envs"].items()):
         if "sampled" in result:
             curve = result["sampled"]["pass_at_k_curve"]
-            ax.plot(range(1, len(curve) + 1), [100 * v for v in curve], "o-", label=env_id)
+            ax.plot(range(1, len(curve) + 1), [100 * v for v in curve], "-", marker=MARKERS[number % len(MARKERS)],
+                    alpha=0.85, label=env_id)
     temperature = results["config"]["suite"]["temperature"]
-    ax.set(xlabel="samples k", ylabel="Pass@k (%)", ylim=(0, 100),
-           title=f"Test-time scaling: parallel samples (T={temperature:g})")
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize="small")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+    _finish(ax, f"Test-time scaling: parallel samples (T={temperature:g})", "samples k", "Pass@k (%)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -33,8 +33,8 @@ from pydantic import BaseModel, Field
 
 from ..config import load_yaml
 from ..http_guards import LOOPBACK_HOSTS, RequestGuard, Text, add_error_handlers
-from .index import (SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, resolve_run, trajectory_files,
-                    within)
+from .index import (SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, resolve_run, run_name,
+                    trajectory_files, within)
 from .playground import MAX_ACTION_CHARS, Playground, PlaygroundError
 from .tokens import TokenViews
 
@@ -73,7 +73,7 @@ class ModelRequest(BaseModel):
     """...and the model name it serves."""
 
 
-def _summary(run_dir: Path) -> dict[str, Any]:
+def _summary(run_dir: Path, name: str) -> dict[str, Any]:
     try:
         config = load_yaml(run_dir / "config.yaml")
     except Exception:  # a half-written or hand-edited config: list the run anyway
@@ -89,7 +89,7 @@ def _summary(run_dir: Path) -> dict[str, Any]:
         return next((row[key] for row in reversed(rows) if key in row), None)
 
     return {
-        "name": run_dir.name,
+        "name": name,
         "env": section("env").get("id"),
         "kind": section("algo").get("name"),
         "steps": last("step"),
@@ -155,21 +155,9 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
 
     @app.get("/api/runs")
     def runs() -> dict[str, Any]:
-        return {"runs_dir": str(runs_dir), "runs": [_summary(p) for p in list_runs(runs_dir)]}
+        return {"runs_dir": str(runs_dir), "runs": [_summary(p, run_name(runs_dir, p)) for p in list_runs(runs_dir)]}
 
-    @app.get("/api/runs/{name}")
-    def run(name: str) -> dict[str, Any]:
-        folder = run_dir(name)
-        rows, problems = metrics_rows(folder)
-        try:
-            config = load_yaml(folder / "config.yaml")
-        except Exception as error:
-            config, problems = None, [*problems, f"config.yaml: {error}"]
-        files = [{"split": split, "step": step, "episodes": len(index.summaries(path))}
-                 for split, step, path in trajectory_files(folder)]
-        return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
-
-    @app.get("/api/runs/{name}/trajectories")
+    @app.get("/api/runs/{name:path}/trajectories")
     def trajectories(name: str, split: str | None = None, step: int | None = Query(None, ge=0, le=MAX_INDEX),
                      env: str | None = None, item: str | None = None, category: str | None = None,
                      success: str | None = Query(None, pattern="^(true|false|malformed)$"),
@@ -194,7 +182,7 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
                 total += 1
         return {"total": total, "offset": offset, "rows": matched, "categories": sorted(categories)}
 
-    @app.get("/api/runs/{name}/trajectory")
+    @app.get("/api/runs/{name:path}/trajectory")
     def trajectory(name: str, split: str, step: int = Query(ge=0, le=MAX_INDEX),
                    line: int = Query(ge=0, le=MAX_INDEX)) -> dict[str, Any]:
         folder = run_dir(name)
@@ -209,6 +197,19 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
         record = orjson.loads(raw)
         record["tokens"] = tokens.view(folder, record)
         return record
+
+    # After the routes above: a name may hold "/" (runs in sub-folders), `:path` takes any.
+    @app.get("/api/runs/{name:path}")
+    def run(name: str) -> dict[str, Any]:
+        folder = run_dir(name)
+        rows, problems = metrics_rows(folder)
+        try:
+            config = load_yaml(folder / "config.yaml")
+        except Exception as error:
+            config, problems = None, [*problems, f"config.yaml: {error}"]
+        files = [{"split": split, "step": step, "episodes": len(index.summaries(path))}
+                 for split, step, path in trajectory_files(folder)]
+        return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
 
     @app.get("/api/envs")
     def envs() -> dict[str, Any]:

@@ -35,26 +35,66 @@ def within(path: Path, folder: Path) -> bool:
         return False
 
 
-def _is_run(path: Path, runs_dir: Path) -> bool:
-    return (path.resolve().parent == runs_dir.resolve() and (path / CONFIG).is_file()
-            and within(path / CONFIG, path))
+MAX_DEPTH = 3
+"""How deep under the runs folder runs are looked for: `runs/NAME`, and runs grouped in
+sub-folders such as `runs/compare/grpo_seed0` (what `agentgym-rl compare` writes)."""
+
+
+def _holds_run(path: Path) -> bool:
+    return (path / CONFIG).is_file()
+
+
+def _is_run(path: Path, runs_dir: Path, parts: tuple[str, ...]) -> bool:
+    """`path` (= runs_dir/parts) holds a run, reached through no link, and no folder above it
+    under `runs_dir` is a run itself (a run's own sub-folders, e.g. its `bench/`, are not runs)."""
+    if path.resolve() != runs_dir.resolve().joinpath(*parts):
+        return False  # a link somewhere on the way
+    if not (_holds_run(path) and within(path / CONFIG, path)):
+        return False
+    return not any(_holds_run(runs_dir.joinpath(*parts[:depth])) for depth in range(1, len(parts)))
 
 
 def resolve_run(runs_dir: Path, name: str) -> Path:
-    """The run folder `runs_dir/name`; only a direct child holding a run (no path tricks)."""
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+    """The run folder `runs_dir/name`, where `name` is a run's folder or its path under `runs_dir`
+    (`compare/grpo_seed0`); nothing outside `runs_dir`, no link on the way, no path tricks."""
+    parts = tuple(name.split("/")) if name else ()
+    if (not parts or len(parts) > MAX_DEPTH or "\\" in name or "\0" in name
+            or any(part in ("", ".", "..") for part in parts)):
         raise NotFound(f"no run named {name!r}")
-    path = runs_dir / name
-    if not _is_run(path, runs_dir):
+    path = runs_dir.joinpath(*parts)
+    if not _is_run(path, runs_dir, parts):
         raise NotFound(f"no run named {name!r}")
     return path
 
 
+def run_name(runs_dir: Path, run_dir: Path) -> str:
+    """A run's name in the viewer: its path under `runs_dir`, with `/` between folders."""
+    return run_dir.relative_to(runs_dir).as_posix()
+
+
 def list_runs(runs_dir: Path) -> list[Path]:
-    """Run folders (children with a config.yaml, neither linking out of `runs_dir`), newest first."""
+    """Run folders under `runs_dir` (children with a config.yaml, and those of sub-folders up to
+    `MAX_DEPTH` deep; none reached through a link, none inside another run), newest first."""
     if not runs_dir.is_dir():
         return []
-    found = [p for p in runs_dir.iterdir() if _is_run(p, runs_dir)]
+    found: list[Path] = []
+
+    def visit(folder: Path, parts: tuple[str, ...]) -> None:
+        try:
+            children = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+        except OSError:
+            return
+        for child in children:
+            if child.is_symlink() or not child.is_dir():
+                continue
+            inner = (*parts, child.name)
+            if _holds_run(child):
+                if _is_run(child, runs_dir, inner):
+                    found.append(child)
+            elif len(inner) < MAX_DEPTH:
+                visit(child, inner)
+
+    visit(runs_dir, ())
     return sorted(found, key=lambda p: (p / CONFIG).stat().st_mtime, reverse=True)
 
 

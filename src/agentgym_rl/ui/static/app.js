@@ -62,7 +62,7 @@ async function loadRuns() {
     if (box.checked) state.ticked.add(run.name);
     box.addEventListener("change", () => {
       box.checked ? state.ticked.add(run.name) : state.ticked.delete(run.name);
-      drawPlot();
+      refreshCurves();
     });
     return el("tr", { onclick: (e) => { if (e.target !== box) showConfig(run.name); } },
       el("td", {}, box), el("td", {}, run.name), el("td", {}, run.env ?? ""), el("td", {}, run.kind ?? ""),
@@ -73,8 +73,10 @@ async function loadRuns() {
   $("p-run").replaceChildren(...body.runs.map((run) => el("option", { value: run.name }, `run ${run.name}`)),
     el("option", { value: "" }, "a served model"));
   $("p-endpoint-fields").hidden = body.runs.length > 0;
+  checkRunEnv();
   if (body.runs.length) {
     await showConfig(body.runs[0].name);
+    await refreshCurves();
     await loadTrajectoryRun();
   }
 }
@@ -89,29 +91,71 @@ async function showConfig(name) {
   $("config-name").textContent = name;
   $("config").textContent = JSON.stringify(run.config, null, 2);
   $("problems").replaceChildren(...run.problems.map((p) => el("li", {}, `${name}: ${p}`)));
+}
+
+// The curve list is every metric any ticked run logged; the chosen one stays while it exists.
+async function refreshCurves() {
   const keys = new Set();
-  for (const row of run.metrics) for (const [k, v] of Object.entries(row)) if (typeof v === "number" && k !== "step") keys.add(k);
-  const current = $("metric").value || (keys.has("train/success") ? "train/success" : [...keys].sort()[0]);
-  $("metric").replaceChildren(...[...keys].sort().map((k) => el("option", { value: k }, k)));
-  if (current) $("metric").value = current;
-  drawPlot();
+  for (const name of state.ticked) {
+    for (const row of (await details(name)).metrics) {
+      for (const [k, v] of Object.entries(row)) if (typeof v === "number" && k !== "step") keys.add(k);
+    }
+  }
+  const chosen = $("metric").value;
+  const sorted = [...keys].sort();
+  $("metric").replaceChildren(...sorted.map((k) => el("option", { value: k }, k)));
+  const preferred = ["train/success", "val/success"].find((k) => keys.has(k)) ?? sorted[0];
+  if (keys.has(chosen)) $("metric").value = chosen;
+  else if (preferred) $("metric").value = preferred;
+  await drawPlot();
 }
 
 $("metric").addEventListener("change", drawPlot);
+$("smooth").addEventListener("change", drawPlot);
+window.addEventListener("resize", () => { clearTimeout(state.resizing); state.resizing = setTimeout(drawPlot, 150); });
 
 async function drawPlot() {
   const key = $("metric").value;
   const series = [];
-  for (const name of state.ticked) {
+  for (const name of [...state.runs.map((r) => r.name)].filter((n) => state.ticked.has(n))) {
     const run = await details(name);
     const points = run.metrics.filter((r) => typeof r[key] === "number").map((r) => [r.step, r[key]]);
-    if (points.length) series.push({ name, points });
+    if (points.length) series.push({ name, points, color: COLORS[state.runs.findIndex((r) => r.name === name) % COLORS.length] });
   }
-  $("plot").replaceChildren(linePlot(series, key));
+  const smooth = $("smooth").checked;
+  $("plot").replaceChildren(linePlot(series, key, smooth, $("plot").clientWidth || 900));
+  $("legend").replaceChildren(...series.map((s) => el("span", { class: "swatch" },
+    el("i", { style: `background:${s.color}` }), `${s.name} (${s.points.length} points)`)));
 }
 
-function linePlot(series, label) {
-  const width = 720, height = 300, left = 56, bottom = 30, top = 12, right = 12;
+/** Mean of each value and the up to `window - 1` before it (eval/plots.py: trailing_mean). */
+function trailingMean(values, window) {
+  let total = 0;
+  return values.map((v, i) => {
+    total += v;
+    if (i >= window) total -= values[i - window];
+    return total / Math.min(i + 1, window);
+  });
+}
+
+/** Rates live in [0, 1]: success, Pass@k, invalid-action rates. */
+function isRate(key) {
+  return /(^|\/)(success|pass_at_k)(\/|$)|success$|_rate$/.test(key);
+}
+
+/** About `count` round tick values covering [lo, hi]. */
+function niceTicks(lo, hi, count, integer) {
+  const raw = (hi - lo) / Math.max(1, count);
+  const power = 10 ** Math.floor(Math.log10(raw || 1));
+  let step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= raw) ?? 10 * power;
+  if (integer) step = Math.max(1, Math.round(step));
+  const ticks = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
+  return ticks;
+}
+
+function linePlot(series, label, smooth, width) {
+  const height = 340, left = 64, bottom = 44, top = 14, right = 16;
   const svgNS = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(svgNS, "svg");
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
@@ -126,29 +170,47 @@ function linePlot(series, label) {
   };
   const all = series.flatMap((s) => s.points);
   if (!all.length) {
-    add("text", { x: 20, y: 40 }, label ? `no ${label} logged by the ticked runs` : "no metrics yet");
+    add("text", { x: 20, y: 40 }, label ? `no ${label} logged by the ticked runs` : "no metrics yet: tick a run");
     return svg;
   }
   let [x0, x1] = [Math.min(...all.map((p) => p[0])), Math.max(...all.map((p) => p[0]))];
   let [y0, y1] = [Math.min(...all.map((p) => p[1])), Math.max(...all.map((p) => p[1]))];
-  if (x0 === x1) x1 = x0 + 1;
-  if (y0 === y1) { y0 -= 0.5; y1 += 0.5; }
+  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  if (isRate(label) && y0 >= 0 && y1 <= 1) { y0 = 0; y1 = 1; }
+  else {
+    const pad = y1 > y0 ? 0.06 * (y1 - y0) : Math.abs(y0) * 0.1 || 1;
+    y0 -= pad; y1 += pad;
+  }
   const sx = (x) => left + ((x - x0) / (x1 - x0)) * (width - left - right);
   const sy = (y) => height - bottom - ((y - y0) / (y1 - y0)) * (height - top - bottom);
+  for (const y of niceTicks(y0, y1, 5, false)) {
+    add("line", { x1: left, y1: sy(y), x2: width - right, y2: sy(y), class: "grid" });
+    add("text", { x: left - 6, y: sy(y) + 4, class: "tick y", "text-anchor": "end" }, fmt(y));
+  }
+  for (const x of niceTicks(x0, x1, Math.max(2, Math.floor((width - left - right) / 80)), true)) {
+    add("line", { x1: sx(x), y1: top, x2: sx(x), y2: height - bottom, class: "grid" });
+    add("text", { x: sx(x), y: height - bottom + 16, class: "tick x", "text-anchor": "middle" }, String(x));
+  }
   add("line", { x1: left, y1: height - bottom, x2: width - right, y2: height - bottom, class: "axis" });
   add("line", { x1: left, y1: top, x2: left, y2: height - bottom, class: "axis" });
-  for (const t of [0, 0.5, 1]) {
-    const y = y0 + t * (y1 - y0);
-    add("text", { x: 4, y: sy(y) + 4, class: "tick" }, fmt(y));
-    const x = Math.round(x0 + t * (x1 - x0));
-    add("text", { x: sx(x) - 8, y: height - 10, class: "tick" }, `step ${x}`);
+  add("text", { x: left + (width - left - right) / 2, y: height - 6, class: "label", "text-anchor": "middle" }, "step");
+  add("text", { x: 14, y: top + (height - top - bottom) / 2, class: "label", "text-anchor": "middle",
+    transform: `rotate(-90 14 ${top + (height - top - bottom) / 2})` }, label);
+  const path = (points) => points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
+  for (const s of series) {
+    const window = Math.max(1, Math.min(20, Math.floor(s.points.length / 10)));
+    const smoothed = smooth && window > 1;
+    add("path", { d: path(s.points), stroke: s.color, fill: "none", "stroke-width": smoothed ? 1 : 1.8,
+      opacity: smoothed ? 0.3 : 1, "data-series": s.name });
+    if (smoothed) {
+      const means = trailingMean(s.points.map((p) => p[1]), window);
+      add("path", { d: path(s.points.map((p, j) => [p[0], means[j]])), stroke: s.color, fill: "none",
+        "stroke-width": 2.2, "data-series": `${s.name} (mean of ${window})` });
+    }
+    if (s.points.length <= 30) {  // few points (validation): each one shown
+      for (const p of s.points) add("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 3, fill: s.color });
+    }
   }
-  series.forEach((s, i) => {
-    const color = COLORS[i % COLORS.length];
-    const d = s.points.map((p, j) => `${j ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
-    add("path", { d, stroke: color, fill: "none", "stroke-width": 1.8, "data-series": s.name });
-    add("text", { x: width - right - 200, y: top + 14 * (i + 1), fill: color, class: "legend" }, `${s.name}: ${label}`);
-  });
   return svg;
 }
 
@@ -258,6 +320,7 @@ async function loadEnvs() {
   const body = await api("/api/envs");
   $("p-env").replaceChildren(...body.envs.map((e) => el("option", { value: e.id, title: e.requires ? `needs ${e.requires}` : "" },
     e.requires ? `${e.id} (needs your own setup)` : e.id)));
+  checkRunEnv();
   await loadItems();
 }
 
@@ -274,7 +337,15 @@ async function loadItems() {
   } catch (error) { /* shown in the error line */ }
 }
 
-$("p-env").addEventListener("change", loadItems);
+$("p-env").addEventListener("change", () => { checkRunEnv(); loadItems(); });
+
+// A run's model acting in another environment than it was trained on: allowed, but said.
+function checkRunEnv() {
+  const run = state.runs.find((r) => r.name === $("p-run").value);
+  const env = $("p-env").value;
+  $("p-warning").textContent = run && run.env && env && run.env !== env
+    ? `run ${run.name} was trained on ${run.env}, not ${env}: its replies may mean nothing here` : "";
+}
 $("p-split").addEventListener("change", loadItems);
 
 $("p-start").addEventListener("click", async () => {
@@ -307,7 +378,7 @@ $("p-model").addEventListener("click", async () => {
   } finally { if ($("p-status").textContent.startsWith("the model")) $("p-status").textContent = ""; }
 });
 
-$("p-run").addEventListener("change", () => { $("p-endpoint-fields").hidden = $("p-run").value !== ""; });
+$("p-run").addEventListener("change", () => { $("p-endpoint-fields").hidden = $("p-run").value !== ""; checkRunEnv(); });
 
 function modelChoice() {
   if ($("p-run").value) return { run: $("p-run").value };
