@@ -90,7 +90,8 @@ def training_figure(rows: list[dict], title: str) -> Any:
     h_steps, horizon = _series(rows, "horizon")
     turns_ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
                   label="horizon (max turns)")
-    turns_ax.set_ylim(bottom=0)
+    highest = max([*horizon, *_series(rows, "train/turns")[1]], default=1)
+    turns_ax.set_ylim(0, highest * 1.15 + 0.5)  # room above the horizon: a line on the frame is lost
     turns_ax.set_ylabel("turns")
     turns_ax.set_title("interaction horizon", fontsize="medium")
 
