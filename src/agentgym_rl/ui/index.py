@@ -47,8 +47,11 @@ def _holds_run(path: Path) -> bool:
 def _is_run(path: Path, runs_dir: Path, parts: tuple[str, ...]) -> bool:
     """`path` (= runs_dir/parts) holds a run, reached through no link, and no folder above it
     under `runs_dir` is a run itself (a run's own sub-folders, e.g. its `bench/`, are not runs)."""
-    if path.resolve() != runs_dir.resolve().joinpath(*parts):
-        return False  # a link somewhere on the way
+    try:
+        if path.resolve() != runs_dir.resolve().joinpath(*parts):
+            return False  # a link somewhere on the way
+    except (OSError, RuntimeError):  # a link loop
+        return False
     if not (_holds_run(path) and within(path / CONFIG, path)):
         return False
     return not any(_holds_run(runs_dir.joinpath(*parts[:depth])) for depth in range(1, len(parts)))
