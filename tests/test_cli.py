@@ -59,8 +59,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 
 
 def test_envs_and_algos_list_one_name_per_line():
-    assert "babyai" in run_process("envs").stdout.split("\n")
-    assert "grpo" in run_process("algos").stdout.split("\n")
+    assert "babyai" in run("envs").stdout.split("\n")
+    assert "grpo" in run("algos").stdout.split("\n")
 
 
 def test_a_user_mistake_ends_the_process_with_one_line_and_exit_code_2():

@@ -172,6 +172,9 @@ def test_runs_in_sub_folders_are_listed_and_served(runs_dir, tmp_path):
     shutil.copytree(runs_dir / "run", runs / "compare" / "a" / "bench")  # inside a run: not a run of its own
     shutil.copytree(runs_dir / "run", runs / "d1" / "d2" / "d3" / "deep")  # deeper than the viewer looks
     os.symlink(runs_dir, runs / "linked")  # a folder of runs reached through a link: not followed
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"env_id": "SECRET", "item_id": "x"}\n')
+    (runs / "compare" / "a" / "validation" / "step_000009.jsonl").symlink_to(secret)  # a file linking out
     client = TestClient(create_app(runs, allowed_hosts=["testserver"]))
     assert [r["name"] for r in client.get("/api/runs").json()["runs"]] == ["compare/a"]
     assert client.get("/api/runs/compare%2Fa").json()["config"]["train"]["steps"] == 2
@@ -183,6 +186,11 @@ def test_runs_in_sub_folders_are_listed_and_served(runs_dir, tmp_path):
     for name in ["compare", "compare/a/bench", "linked/run", "compare%2F..%2Fcompare%2Fa", "compare%2F%2Fa",
                  ".%2Fcompare%2Fa", "d1/d2/d3/deep"]:
         assert client.get(f"/api/runs/{name}").status_code == 404, name
+    # The link rules hold inside a run in a sub-folder as in one at the top.
+    assert 9 not in [f["step"] for f in client.get("/api/runs/compare/a").json()["files"]]
+    linked = client.get("/api/runs/compare/a/trajectory", params={"split": "validation", "step": 9, "line": 0})
+    assert linked.status_code == 404 and "SECRET" not in linked.text
+    assert "SECRET" not in client.get("/api/runs/compare/a/trajectories", params={"limit": 500}).text
 
 
 def test_playground_by_hand_and_by_the_runs_model(client):
