@@ -192,7 +192,8 @@ class RLTrainer(Trainer):
         cfg = self.config
         env = {"id": cfg.env.id, "kwargs": cfg.env.kwargs, "urls": cfg.env.urls, "timeout": cfg.env.server_timeout,
                "invalid_action_penalty": cfg.env.invalid_action_penalty}
-        self.log(f"starting {cfg.rollout.workers} Ray rollout workers ({cfg.rollout.workers_address})")
+        plural = "s" if cfg.rollout.workers != 1 else ""
+        self.log(f"starting {cfg.rollout.workers} Ray rollout worker{plural} ({cfg.rollout.workers_address})")
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,
                            self.tokenizer, env, self.engine.config, cfg.algo.temperature)
 

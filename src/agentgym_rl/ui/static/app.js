@@ -117,7 +117,8 @@ window.addEventListener("resize", () => { clearTimeout(state.resizing); state.re
 async function drawPlot() {
   const key = $("metric").value;
   const series = [];
-  for (const name of [...state.runs.map((r) => r.name)].filter((n) => state.ticked.has(n))) {
+  // In the table's order, so that a run keeps its colour whichever others are ticked.
+  for (const name of state.runs.map((r) => r.name).filter((n) => state.ticked.has(n))) {
     const run = await details(name);
     const points = run.metrics.filter((r) => typeof r[key] === "number").map((r) => [r.step, r[key]]);
     if (points.length) series.push({ name, points, color: COLORS[state.runs.findIndex((r) => r.name === name) % COLORS.length] });
