@@ -16,6 +16,7 @@ How the committed pictures were made (docs/images/README.md says the same):
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import subprocess
 import sys
@@ -29,8 +30,6 @@ VIEWPORT = {"width": 1280, "height": 860}
 
 def small_png(source: Path | bytes, out: Path, width: int | None = None) -> None:
     """`source` (a PNG file or its bytes) as a 256-colour PNG, scaled down to `width` if wider."""
-    import io
-
     image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source).convert("RGB")
     if width and image.width > width:
         image = image.resize((width, round(image.height * width / image.width)), Image.LANCZOS)

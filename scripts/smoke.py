@@ -21,13 +21,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COMMANDS = {"RLConfig": "train", "SFTConfig": "sft", "DPOConfig": "dpo", "RFTConfig": "rft"}
-
-
-def command_of(config: Path) -> str:
-    from agentgym_rl.config.describe import config_class
-
-    return COMMANDS[config_class(config, "auto").__name__]
 
 
 def evidence(command: str, rows: list[dict]) -> str | None:
@@ -51,10 +44,12 @@ def main() -> int:
     parser.add_argument("configs", nargs="*", type=Path)
     parser.add_argument("--out", type=Path, default=Path("runs/smoke"), help="run.output_dir of the smoke runs")
     args = parser.parse_args()
+    from agentgym_rl.config.describe import config_kind
+
     configs = args.configs or sorted((REPO / "configs").glob("*.yaml"))
     results = []
     for config in configs:
-        command = command_of(config)
+        command = config_kind(config, "auto")
         argv = [sys.executable, "-m", "agentgym_rl.cli", command, str(config), "--smoke", f"run.output_dir={args.out}"]
         print(f"== {' '.join(argv[2:])}", flush=True)
         began = time.time()

@@ -64,3 +64,29 @@ def test_a_logged_entropy_gets_its_own_axis():
         assert "entropy (mean of 3 steps)" in legend and "KL to the sampling policy (mean of 3 steps)" in legend
     finally:
         plt.close(fig)
+
+
+def test_bench_plots_mark_each_env_and_keep_100_percent_off_the_frame(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from agentgym_rl.eval.suite_report import plot_pass_at_k, plot_turns
+
+    close, figures = plt.close, []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep each figure to look at
+    curve = [0.5, 1.0, 1.0]  # both envs at 100%: the same line
+    results = {"config": {"suite": {"temperature": 1.0}}, "envs": {
+        env_id: {"greedy": {"success_within_turns": curve},
+                 "sampled": {"success_within_turns": curve, "pass_at_k_curve": curve}}
+        for env_id in ("babyai", "textcraft")}}
+    plot_turns(results, tmp_path / "turns.png")
+    plot_pass_at_k(results, tmp_path / "pass_at_k.png")
+    try:
+        for figure in figures:
+            ax = figure.axes[0]
+            by_env = {line.get_label().split()[0]: line.get_marker() for line in ax.lines}
+            assert set(by_env) == {"babyai", "textcraft"} and len(set(by_env.values())) == 2, by_env
+            low, high = ax.get_ylim()
+            assert low < 0 and high > 100
+    finally:
+        for figure in figures:
+            close(figure)

@@ -440,13 +440,10 @@ def config_command(
 ) -> None:
     """Print the config a command would run with: every key, resolved (the file, then the
     overrides), under a comment saying what it does."""
-    from .config.describe import config_class, show_config
+    from .config.describe import config_kind, show_config
 
     if smoke:
-        from .config import DPOConfig, RFTConfig, SFTConfig
-
-        cls = config_class(config, kind)
-        kind = {SFTConfig: "sft", DPOConfig: "dpo", RFTConfig: "rft"}.get(cls, "train")
+        kind = config_kind(config, kind)
     typer.echo(show_config(config, _command_overrides(overrides, False, smoke, kind, config), kind, keys), nl=False)
 
 

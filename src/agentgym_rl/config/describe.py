@@ -17,13 +17,18 @@ from .loader import load_config, load_yaml
 WIDTH = 100
 
 
-def config_class(path: str | Path | None, kind: str) -> type:
-    """The config class of a YAML file: `kind` (train, sft, dpo, rft), or with "auto" the one
-    whose sections hold every top-level key of the file with the fewest sections to spare."""
+def _classes() -> dict[str, type]:
+    """The config class of each command that runs a config."""
     from .imitation import DPOConfig, RFTConfig, SFTConfig
     from .rl import RLConfig
 
-    classes = {"train": RLConfig, "sft": SFTConfig, "dpo": DPOConfig, "rft": RFTConfig}
+    return {"train": RLConfig, "sft": SFTConfig, "dpo": DPOConfig, "rft": RFTConfig}
+
+
+def config_class(path: str | Path | None, kind: str) -> type:
+    """The config class of a YAML file: `kind` (train, sft, dpo, rft), or with "auto" the one
+    whose sections hold every top-level key of the file with the fewest sections to spare."""
+    classes = _classes()
     if kind != "auto":
         if kind not in classes:
             raise UserError(f"--kind must be auto or one of {', '.join(classes)}, got {kind!r}")
@@ -31,7 +36,13 @@ def config_class(path: str | Path | None, kind: str) -> type:
     data = load_yaml(path) if path is not None else {}
     keys = set(data) if isinstance(data, dict) else set()
     fitting = [cls for cls in classes.values() if keys <= set(cls.__pydantic_fields__)]
-    return min(fitting, key=lambda cls: len(cls.__pydantic_fields__)) if fitting else RLConfig
+    return min(fitting, key=lambda cls: len(cls.__pydantic_fields__)) if fitting else classes["train"]
+
+
+def config_kind(path: str | Path | None, kind: str) -> str:
+    """The command (train, sft, dpo, rft) that runs a YAML file (`config_class`'s choice)."""
+    cls = config_class(path, kind)
+    return next(name for name, candidate in _classes().items() if candidate is cls)
 
 
 def _description(owner: type, name: str) -> str:
