@@ -218,10 +218,22 @@ def test_a_reply_prefix_is_context_the_model_continues_and_part_of_the_replys_te
     assert trajectory.input_ids == ids
 
 
-def test_a_reply_prefix_refuses_what_would_misread_it():
+def test_a_rejected_reply_is_located_after_the_reply_prefix():
+    """With "Action:" as context, the model generates " look up": the wrong token is the one
+    bringing "up" among the generated ids (the prefix is untrained and never blamed), and the
+    tokens starting "left" and "right" would have continued a listed action."""
     tokenizer = make_tokenizer("qwen2.5")
     encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, [" count"], encoder.end_of_turn_id)
-    engine = RolloutEngine(CounterEnv, RolloutConfig(reply_prefix="Action:", locate_wrong_tokens=True))
-    with pytest.raises(UserError, match="reply_prefix does not work with locating wrong tokens"):
-        engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=3)
+    generator = ScriptedGenerator(tokenizer, [" jump", " look up", " count"], encoder.end_of_turn_id)
+    config = RolloutConfig(max_new_tokens=32, reply_prefix="Action:", locate_wrong_tokens=True)
+    [trajectory] = RolloutEngine(LookingCounterEnv, config).run(
+        [Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert trajectory.success and trajectory.invalid_turns == [0, 1]
+    jump, look = trajectory.wrong_tokens
+    assert trajectory.loss_mask[jump] == 1 and trajectory.loss_mask[look] == 1
+    assert "j" in tokenizer.decode(trajectory.input_ids[jump:jump + 1])
+    assert tokenizer.decode(trajectory.input_ids[look - 3:look]).rstrip().endswith("look")
+    assert "u" in tokenizer.decode(trajectory.input_ids[look:look + 1])
+    assert trajectory.right_tokens[0] == []
+    first, second = [tokenizer.decode(i).strip() for i in trajectory.right_tokens[1]]
+    assert first and "left".startswith(first) and second and "right".startswith(second)

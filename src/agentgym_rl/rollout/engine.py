@@ -18,7 +18,7 @@ import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..config import RolloutConfig
 from ..envs.base import TextEnv
@@ -170,10 +170,16 @@ class RolloutEngine:
             return []
         if getattr(policy, "listed_actions_only", False):
             raise UserError("rollout.reply_prefix and listed_actions_only both shape the replies; use one of them")
-        if self.config.locate_wrong_tokens:
-            raise UserError("rollout.reply_prefix does not work with locating wrong tokens yet (algo.invalid_turn_"
-                            "penalty, algo.right_token_coef, rollout.locate_wrong_tokens)")
         return policy.encoder.encode_text(prefix)
+
+    def _reply_decoder(self, policy: Policy) -> Callable[[Sequence[int]], str]:
+        """Generated ids -> the reply's text as the environment read it: after the reply prefix,
+        so that an action is found (and located token by token) in "Action: go to ..." even
+        though "Action:" was context and only " go to ..." was generated."""
+        if not self._prefix:
+            return policy.encoder.decode_reply
+        prefix = self.config.reply_prefix
+        return lambda ids: prefix + policy.encoder.decode_reply(ids)
 
     def _act(self, active: list[_Episode], policy: Policy) -> list[Reply]:
         prefix = self._prefix
@@ -209,10 +215,11 @@ class RolloutEngine:
         if info.get("invalid_action", False):
             record.invalid_turns.append(record.turns)
             record.invalid_actions += 1
-            wrong = first_wrong_token(episode.reply_ids, policy.encoder.decode_reply, actions) if actions else None
+            decode = self._reply_decoder(policy) if actions else None
+            wrong = first_wrong_token(episode.reply_ids, decode, actions) if decode else None
             if wrong is not None:
                 record.wrong_tokens.append(episode.reply_start + wrong)
-                record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, policy.encoder.decode_reply,
+                record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, decode,
                                                              policy.encoder.encode_text, actions))
         record.turn_rewards.append(float(reward))
         record.success = record.success or bool(info.get("success", False))
