@@ -2,7 +2,7 @@
 checked to have updated the policy from a real signal, with its wall time.
 
   RL    a step whose update kept rows (`update/trajectories`), took optimizer steps and had
-        advantages that are not all zero (`adv/adv_abs_mean`)
+        advantages that are not all zero on its tokens (`adv/token_abs_mean`)
   sft   optimizer steps on demonstrations (a `loss` line per step)
   dpo   optimizer steps on preference pairs (a `loss` line per step after `pairs`)
   rft   a round that fine-tuned on kept successes (`sft/conversations` > 0)
@@ -27,8 +27,8 @@ def evidence(command: str, rows: list[dict]) -> str | None:
     """What shows the policy was updated from a real signal, or None."""
     if command == "train":
         updated = [r for r in rows if r.get("update/trajectories", 0) > 0 and r.get("update/optimizer_steps", 0) > 0
-                   and r.get("adv/adv_abs_mean", 0) > 0]
-        return (f"{len(updated)} steps updated, |advantage| {updated[0]['adv/adv_abs_mean']:.3f}, "
+                   and r.get("adv/token_abs_mean", 0) > 0]
+        return (f"{len(updated)} step{'s' * (len(updated) != 1)} updated, |advantage| {updated[0]['adv/token_abs_mean']:.3f}, "
                 f"{sum(r['update/trajectories'] for r in updated)} rows") if updated else None
     if command in ("sft", "dpo"):
         steps = [r for r in rows if "loss" in r and r["step"] > 0]

@@ -220,13 +220,22 @@ def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_en
     assert metrics["update/trajectories"] == expected
 
 
-@pytest.mark.parametrize("penalty,capped,trained", [("null", None, 2), (0.0, 2, 2), (0.5, 2, 4)])
+# Group 0's advantages are ±a (WON_ADVANTAGE), a = 0.5 / std(1, 0) = 0.5 / 0.7071 (GRPO's sample std); the
+# mean |advantage| over the 16 trained tokens: null 8a/16, 0.0 6a/16 (the won row's rejected
+# turn drops to 0), 0.5 (6a + 4 x 0.5)/16 (each row's wrong token a further -0.5).
+WON_ADVANTAGE = 0.5 / 0.5 ** 0.5
+
+
+@pytest.mark.parametrize("penalty,capped,trained,token_abs", [
+    ("null", None, 2, 8 * WON_ADVANTAGE / 16), (0.0, 2, 2, 6 * WON_ADVANTAGE / 16),
+    (0.5, 2, 4, (6 * WON_ADVANTAGE + 2) / 16)])
 def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path, counter_env_registered,
-                                                                        penalty, capped, trained):
+                                                                        penalty, capped, trained, token_abs):
     """Group 0: a won and a lost episode whose first of two turns was rejected, wrong from
     its first token (position 1). Group 1: two such lost episodes (a tie: A = 0). With a
     penalty of 0 the won episode's rejected turn (2 tokens) loses its positive advantage;
-    with 0.5 every wrong token is pushed down, so the tied group is trained on too."""
+    with 0.5 every wrong token is pushed down, so the tied group is trained on too, and the
+    advantages the loss sees are not the estimator's (`adv/token_abs_mean`)."""
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
@@ -244,6 +253,8 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     metrics = trainer.update(rows, step=0)
     assert metrics.get("adv/invalid_tokens_capped") == capped
     assert metrics["update/trajectories"] == trained
+    assert metrics["adv/token_abs_mean"] == pytest.approx(token_abs, rel=1e-4)
+    assert metrics["adv/adv_abs_mean"] == pytest.approx(2 * WON_ADVANTAGE / 4, rel=1e-4)  # the estimator's, per row
 
 
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):

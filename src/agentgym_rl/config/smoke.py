@@ -6,7 +6,8 @@ every group ties at reward 0 and GRPO updates nothing. So the RL preset warms th
 on actions alone (no thoughts) with small batches, samples at temperature 0.5 in groups of 8,
 and takes `env.invalid_action_penalty` off each rejected action: samples of a group then differ
 in how many of their actions were valid, and their advantages are not all zero. A pretrained
-model (`model.path` set) keeps its own start (no warm-up) and plays fewer, shorter episodes.
+model (`model.path` set) keeps its own start (no warm-up), plays fewer, shorter episodes for one
+step, and takes `algo.invalid_turn_penalty` off the token where a rejected action went wrong.
 
 The preset goes before the command's own `key=value` overrides, which can change any of it;
 the run is named `<run.name>_smoke` and started afresh on every smoke run.
@@ -24,9 +25,11 @@ _WARMUP = ["warmup.episodes=60", "warmup.epochs=2", "warmup.batch_size=2", "warm
 _RL = ["train.steps=2", "train.validate_every=2", "train.save_every=2", "schedule.kind=fixed",
        "env.invalid_action_penalty=0.1", "algo.temperature=0.5"]
 _RL_TINY = ["schedule.horizons=[3]", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32"]
-# A 135M model's update on the CPU costs ~5 s per episode: one group of 4, two turns each.
-_RL_PRETRAINED = ["schedule.horizons=[2]", "algo.tasks_per_step=1", "algo.group_size=4", "algo.minibatch_size=4",
-                  "eval.max_turns=2"]
+# A 135M model's update on the CPU costs ~10 s per episode of two turns (TextCraft's prompt is
+# ~900 tokens): one step of one group of 2. An instruct model may write no valid action at all (SmolLM2 on TextCraft), and its
+# group then ties: the penalty on the token where a rejected action went wrong gives it a signal.
+_RL_PRETRAINED = ["train.steps=1", "schedule.horizons=[2]", "algo.tasks_per_step=1", "algo.group_size=2",
+                  "algo.minibatch_size=2", "eval.max_turns=2", "algo.invalid_turn_penalty=0.5"]
 # Environments slower to play than BabyAI, kept near a minute: SciWorld's expert plays ~40 turns
 # an episode (BabyAI's ~5); the web environment plays ~1.5 episodes a second in Chromium.
 _SLOW_ENVS = {"sciworld": ["warmup.episodes=12", "model.corpus_episodes=12"],

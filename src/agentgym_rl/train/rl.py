@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ..algos import (KL, LOSS, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss, kl_loss,
-                     make_kl_controller, outcome_token_rewards, penalize_tokens, right_token_loss)
+                     make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens, right_token_loss)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..errors import DISK_ERRORS, UserError
@@ -364,6 +364,9 @@ class RLTrainer(Trainer):
             batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, algo.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
             metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
+        # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
+        # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
+        metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
         batch.returns = out.returns
         # A row with zero advantage adds nothing to the policy gradient; without a KL or value
         # term it only costs compute, so it is skipped (as DAPO's dynamic sampling does).
