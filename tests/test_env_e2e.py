@@ -2,9 +2,10 @@
 episodes, train one RL step from scratch with the env's recipe (`configs/<env>_grpo.yaml`) on a
 tiny budget, evaluate the checkpoint.
 
-Each SciWorld episode starts its own JVM (seconds each on a busy 2-core machine), so the
-runs are as small as the commands allow: 1 corpus episode, 2 tasks × 2 samples of 2 turns,
-validation on 2 items at step 0 only, 2 evaluation episodes.
+Each SciWorld environment instance starts its own JVM (seconds each on a busy 2-core
+machine), so the runs are as small as the commands allow: 1 corpus episode, 2 tasks × 2
+samples of 2 turns, validation on 2 items at step 0 only, 2 evaluation episodes, one instance
+per engine.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert len(records) == collected and all(r["success"] for r in records)
     assert all(len(r["conversations"]) > 2 for r in records)
 
-    # The env's own recipe, cut to a tiny budget (its env arguments kept).
-    tiny = [override for override in TINY_RUN if not override.startswith("env.kwargs")]
+    # The env's own recipe, cut to a tiny budget (its env arguments kept). SciWorld plays its
+    # 2-turn episodes on one instance per engine: each more starts a JVM (2 s on a quiet machine).
+    one_env = ["rollout.max_envs=1"] if env_id == "sciworld" else []
+    tiny = [override for override in TINY_RUN if not override.startswith("env.kwargs")] + one_env
     code, out, err = cli("train", str(REPO / "configs" / f"{env_id}_grpo.yaml"), *tiny,
                          f"run.output_dir={tmp_path}", "run.name=run")
     assert code == 0, err[-3000:]
@@ -62,7 +65,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
 
     summary_path = tmp_path / "eval.json"
     code, out, err = cli("eval", "--env", env_id, "--policy", str(model_dir),
-                         "--episodes", "2", "--max-turns", "2", "--json", str(summary_path))
+                         "--episodes", "2", "--max-turns", "2", "--json", str(summary_path), *one_env)
     assert code == 0, err[-3000:]
     summary = json.loads(summary_path.read_text())
     for key in ("env", "split", "episodes", "success", "pass_at_k", "avg_reward", "by_category"):
