@@ -66,6 +66,24 @@ def test_advantage_kwargs():
     assert get_algorithm("reinforce++").advantage_kwargs() == {"gamma": 1.0, "kl_coef": 1e-3}
 
 
+def test_the_policy_loss_gets_the_recipes_settings_by_name():
+    assert get_algorithm("grpo").policy_loss_kwargs() == {
+        "clip_eps": 0.2, "clip_eps_high": None, "aggregation": "token-mean", "ratio_level": "token"}
+    assert get_algorithm("loop").policy_loss_kwargs() == {
+        "clip_eps": 0.1, "clip_eps_high": None, "aggregation": "seq-mean-token-mean", "ratio_level": "token"}
+
+
+def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
+    from agentgym_rl.config.rl import AlgoConfig
+
+    spec = AlgoConfig(name="loop", clip_eps_high=0.28, gamma=0.9).spec()
+    assert (spec.clip_eps, spec.clip_eps_high, spec.gamma, spec.epochs) == (0.1, 0.28, 0.9, 2)
+    assert spec.policy_loss_kwargs()["clip_eps_high"] == 0.28
+    assert AlgoConfig(name="loop").spec() == get_algorithm("loop")  # nothing set: the recipe as it is
+    with pytest.raises(ValueError, match="clip_eps_high > 0"):
+        dataclasses.replace(get_algorithm("grpo"), clip_eps_high=0.0)
+
+
 def test_presets_are_frozen_and_validated():
     spec = get_algorithm("grpo")
     with pytest.raises(dataclasses.FrozenInstanceError):

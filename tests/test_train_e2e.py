@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -255,6 +256,34 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     assert metrics["update/trajectories"] == trained
     assert metrics["adv/token_abs_mean"] == pytest.approx(token_abs, rel=1e-4)
     assert metrics["adv/adv_abs_mean"] == pytest.approx(2 * WON_ADVANTAGE / 4, rel=1e-4)  # the estimator's, per row
+
+
+def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):
+    """The trainer hands the policy loss the recipe's settings with the run's overrides
+    (`AlgorithmSpec.policy_loss_kwargs`): clip-higher set in the config arrives as ε_high."""
+    from agentgym_rl.algos import LOSS
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    received = []
+    ppo_clip = LOSS["ppo_clip"]
+
+    @functools.wraps(ppo_clip)  # the same signature: the settings are picked by its keywords
+    def recording(*args, **kwargs):
+        received.append(kwargs)
+        return ppo_clip(*args, **kwargs)
+
+    monkeypatch.setitem(LOSS, "ppo_clip", recording)
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", "algo.clip_eps_high=0.28"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1],
+                       logprobs=[0.0, 0.0, -1.0, -1.0], turn_rewards=[reward]) for reward in (1.0, 0.0)]
+    assert trainer.update(rows, step=0)["update/trajectories"] == 2
+    assert received and all((kwargs["clip_eps"], kwargs["clip_eps_high"]) == (0.2, 0.28) for kwargs in received)
 
 
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):

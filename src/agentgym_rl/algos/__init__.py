@@ -30,7 +30,7 @@ from .masked import (
     turn_ids_from_mask,
 )
 from .preference import dpo_loss, sequence_logprob
-from .presets import ALGORITHMS, AlgorithmSpec, algorithm_names, get_algorithm
+from .presets import ALGORITHMS, SPEC_FIELDS, AlgorithmSpec, algorithm_names, get_algorithm
 from .registry import (
     ADVANTAGE,
     ADVANTAGE_FIELDS,
@@ -51,7 +51,7 @@ from .schedules import HorizonSchedule, fixed_schedule, from_config, stepwise_sc
 __all__ = [
     "ADVANTAGE", "ADVANTAGE_FIELDS", "AGGREGATIONS", "ALGORITHMS", "AdaptiveKLController",
     "AdvantageOutput", "AlgorithmSpec", "FixedKLController", "HorizonSchedule", "KL", "KL_CONTROLLERS",
-    "LOSS", "RATIO_LEVELS", "SCHEDULE", "advantage_inputs", "aggregate_loss", "algorithm_names",
+    "LOSS", "RATIO_LEVELS", "SCHEDULE", "SPEC_FIELDS", "advantage_inputs", "aggregate_loss", "algorithm_names",
     "broadcast_to_tokens", "compute_advantages", "discredit_turns", "entropy_loss", "fixed_schedule", "from_config",
     "gae_advantages", "get_algorithm", "grpo_advantages", "kl_k1", "kl_k2", "kl_k3", "kl_loss",
     "kl_penalty", "kl_reward_penalty", "lookup", "loop_advantages", "make_kl_controller",

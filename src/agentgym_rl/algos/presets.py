@@ -25,23 +25,15 @@ over these defaults; that choice belongs to the trainer.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, fields
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from . import advantages as _advantages  # noqa: F401  (fills ADVANTAGE)
 from . import losses as _losses
 from .masked import AGGREGATIONS
 from .registry import ADVANTAGE, KL, LOSS, advantage_inputs, lookup
-
-# Which AlgorithmSpec fields are hyper-parameters of each estimator (same names).
-_ADVANTAGE_HPARAMS: dict[str, tuple[str, ...]] = {
-    "grpo": ("normalize_std",),
-    "rloo": (),
-    "loop": ("drop_threshold",),
-    "gae": ("gamma", "lam", "whiten"),
-    "reinforce++": ("gamma",),
-}
 
 
 @dataclass(frozen=True)
@@ -66,6 +58,7 @@ class AlgorithmSpec:
         policy_loss: key of `LOSS` for the policy.
         ratio_level: importance-ratio level of the policy loss (`losses.RATIO_LEVELS`).
         clip_eps: PPO clip range ε.
+        clip_eps_high: upper clip range ("clip-higher", DAPO); None: ε.
         aggregation: token → scalar loss reduction (`masked.AGGREGATIONS`).
         epochs: passes over each batch of rollouts.
         value_loss: key of `LOSS` for the critic, or None.
@@ -87,6 +80,7 @@ class AlgorithmSpec:
     policy_loss: str = "ppo_clip"
     ratio_level: str = "token"
     clip_eps: float = 0.2
+    clip_eps_high: float | None = None
     aggregation: str = "token-mean"
     epochs: int = 1
     value_loss: str | None = None
@@ -108,21 +102,41 @@ class AlgorithmSpec:
             raise ValueError(f"{self.name}: estimator {self.advantage!r} takes no kl field for a KL-in-reward")
         if self.kl_coef < 0 or self.clip_eps <= 0 or self.epochs < 1 or self.drop_threshold < 0:
             raise ValueError(f"{self.name}: kl_coef >= 0, clip_eps > 0, epochs >= 1, drop_threshold >= 0")
+        if self.clip_eps_high is not None and self.clip_eps_high <= 0:
+            raise ValueError(f"{self.name}: clip_eps_high > 0 (or None: the same as clip_eps)")
 
     def advantage_kwargs(self) -> dict[str, Any]:
-        """Keyword hyper-parameters for ``ADVANTAGE[self.advantage]``.
+        """Keyword hyper-parameters for ``ADVANTAGE[self.advantage]``: each keyword it
+        declares that is a field here, by name (`advantage_inputs`).
 
-        Includes ``kl_coef`` when the KL goes into the reward; the trainer then also
+        Includes ``kl_coef`` only when the KL goes into the reward; the trainer then also
         passes the per-token ``kl`` field (estimated with `kl_estimator`).
         """
-        kwargs = {name: getattr(self, name) for name in _ADVANTAGE_HPARAMS[self.advantage]}
+        kwargs = {name: getattr(self, name) for name in advantage_inputs(self.advantage)[2]
+                  if name in SPEC_FIELDS and name != "kl_coef"}
         if self.kl_in_reward:
             kwargs["kl_coef"] = self.kl_coef
         return kwargs
 
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """Keyword hyper-parameters for ``LOSS[self.policy_loss]``: each keyword it declares
+        that is a field here, by name (ppo_clip: clip_eps, clip_eps_high, aggregation,
+        ratio_level). A new hyper-parameter of the loss is a field here with the same name."""
+        return _by_signature(LOSS[self.policy_loss], self)
+
     def as_dict(self) -> dict[str, Any]:
         """All fields, e.g. to log the recipe a run used."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SPEC_FIELDS = frozenset(f.name for f in fields(AlgorithmSpec)) - {"name", "advantage", "summary"}
+"""The fields of a recipe that are settings (a run's `algo` section may override those it declares)."""
+
+
+def _by_signature(function: Callable, spec: AlgorithmSpec) -> dict[str, Any]:
+    """The keyword-only parameters of `function` that are recipe fields, with the recipe's values."""
+    return {p.name: getattr(spec, p.name) for p in inspect.signature(function).parameters.values()
+            if p.kind == p.KEYWORD_ONLY and p.name in SPEC_FIELDS}
 
 
 ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType({spec.name: spec for spec in (

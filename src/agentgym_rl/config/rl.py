@@ -9,12 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 from pydantic.dataclasses import dataclass
 
-from ..algos import AlgorithmSpec, HorizonSchedule, advantage_inputs, get_algorithm
+from ..algos import SPEC_FIELDS, AlgorithmSpec, HorizonSchedule, advantage_inputs, get_algorithm
 from .sections import SECTION, EvalConfig, NonNegative, NonNegativeFloat, Positive, PositiveFloat, TrainingRun
-
-_SPEC_FIELDS = ("clip_eps", "normalize_std", "drop_threshold", "gamma", "lam", "whiten", "kl_coef",
-                "kl_estimator", "ratio_level", "aggregation", "epochs")
-"""AlgoConfig fields that, when not null, replace the recipe's value (`AlgoConfig.spec`)."""
 
 
 @dataclass(config=SECTION)
@@ -35,6 +31,10 @@ class AlgoConfig:
     """Trajectories per optimizer step."""
     clip_eps: PositiveFloat | None = None
     """PPO's clip range ε of the importance ratio."""
+    clip_eps_high: PositiveFloat | None = None
+    """Upper clip range ε_high ("clip-higher", DAPO: e.g. 0.28 with ε = 0.2): a token whose
+    advantage is positive may raise its ratio up to 1 + ε_high, so rare tokens that paid off
+    can grow. null: the recipe's, which is ε."""
     normalize_std: bool | None = None
     """grpo: divide by the group's standard deviation."""
     drop_threshold: NonNegativeFloat | None = None
@@ -94,8 +94,12 @@ class AlgoConfig:
                              f"a task, and a group of {self.group_size} has nothing to compare (no update at all)")
 
     def spec(self) -> AlgorithmSpec:
-        """The algorithm's recipe with this config's non-null fields put over its defaults."""
-        changes = {k: getattr(self, k) for k in _SPEC_FIELDS if getattr(self, k) is not None}
+        """The algorithm's recipe with this config's non-null fields put over its defaults: a
+        field here with the name of a recipe field (`algos.SPEC_FIELDS`) overrides it. A new
+        hyper-parameter is a field of `AlgorithmSpec` (its default), one here (null, with its
+        description) and a keyword of the estimator or loss that takes it (by that name)."""
+        changes = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                   if f.name in SPEC_FIELDS and getattr(self, f.name) is not None}
         return dataclasses.replace(get_algorithm(self.name), **changes)
 
 

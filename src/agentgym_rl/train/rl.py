@@ -436,8 +436,7 @@ class RLTrainer(Trainer):
             self._gap.add(batch.old_logprobs, logprobs.detach(), mask)
         # The policy and value losses are the ones the algorithm's recipe names (`LOSS` registry).
         loss, metrics = LOSS[spec.policy_loss](logprobs, batch.old_logprobs, batch.advantages, mask,
-                                               clip_eps=spec.clip_eps, aggregation=spec.aggregation,
-                                               ratio_level=spec.ratio_level)
+                                               **spec.policy_loss_kwargs())
         if spec.needs_critic:
             value_loss, value_metrics = LOSS[spec.value_loss](outputs["values"], batch.old_values, batch.returns,
                                                               mask, clip_eps=spec.value_clip_eps,
