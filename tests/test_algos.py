@@ -18,6 +18,7 @@ from agentgym_rl.algos import (
     masked_mean,
     ppo_clip_loss,
     register_loss,
+    truncated_is_weights,
 )
 from agentgym_rl.algos.registry import lookup
 
@@ -169,6 +170,27 @@ def test_ppo_clip_higher_only_moves_upper_bound():
     # ε = 0.2, ε_high = 0.28: tok 1 ratio 1.5, A=+1 → −1.28; tok 2 ratio 0.5, A=−1 → +0.8.
     loss, _, _ = _ppo([LN(1.5), LN(0.5)], [1.0, -1.0], clip_eps_high=0.28)
     assert loss.item() == pytest.approx((-1.28 + 0.8) / 2, abs=1e-6)  # −0.24
+
+
+def test_token_weights_scale_each_tokens_term():
+    # Ratios 1 (logprobs == old): per-token loss −A·w. A = (1, 2, −1), w = (2, 0.5, 1.5):
+    # (−2 − 1 + 1.5) / 3 = −0.5; the gradient of token t is −A·w/3 (w is a constant).
+    loss, _, grad = _ppo([0.0, 0.0, 0.0], [1.0, 2.0, -1.0], token_weights=torch.tensor([[2.0, 0.5, 1.5]]))
+    assert loss.item() == pytest.approx(-0.5, abs=1e-6)
+    assert grad.tolist() == pytest.approx([-2 / 3, -1 / 3, 0.5], abs=1e-6)
+
+
+def test_truncated_is_weights_hand_example():
+    # π_old / π_gen = 0.5/0.25 = 2, 0.5/0.5 = 1, 0.9/0.1 = 9 → cut to the cap 3; the last
+    # token is off the mask (its generator logprob -inf, as padding may hold): weight 0.
+    old = torch.tensor([[LN(0.5), LN(0.5), LN(0.9), 0.0]])
+    gen = torch.tensor([[LN(0.25), LN(0.5), LN(0.1), -math.inf]])
+    weights, metrics = truncated_is_weights(old, gen, torch.tensor([[1, 1, 1, 0]]), cap=3.0)
+    assert weights[0].tolist() == pytest.approx([2.0, 1.0, 3.0, 0.0], abs=1e-5)
+    assert metrics["tis_weight_mean"] == pytest.approx(2.0, abs=1e-5)
+    assert metrics["tis_capped_fraction"] == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="cap must be > 0"):
+        truncated_is_weights(old, gen, torch.ones(1, 4), cap=0.0)
 
 
 def test_ppo_aggregation_modes():

@@ -82,6 +82,9 @@ def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
     assert AlgoConfig(name="loop").spec() == get_algorithm("loop")  # nothing set: the recipe as it is
     with pytest.raises(ValueError, match="clip_eps_high > 0"):
         dataclasses.replace(get_algorithm("grpo"), clip_eps_high=0.0)
+    # TIS compares the learner's scoring with the generator's: without the former it is a no-op.
+    with pytest.raises(ValueError, match="tis_cap needs recompute_old_logprobs"):
+        AlgoConfig(tis_cap=2.0, recompute_old_logprobs=False)
 
 
 def test_presets_are_frozen_and_validated():

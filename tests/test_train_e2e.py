@@ -286,6 +286,38 @@ def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_regist
     assert received and all((kwargs["clip_eps"], kwargs["clip_eps_high"]) == (0.2, 0.28) for kwargs in received)
 
 
+@pytest.mark.parametrize("cap,loss", [(None, 0.0), (1.5, -WON_ADVANTAGE / 4)])
+def test_truncated_importance_sampling_reweights_a_generator_that_differs(tmp_path, counter_env_registered,
+                                                                         cap, loss):
+    """A won (A = +a) and a lost (A = −a) episode of one group, two trained tokens each. The
+    won one's generator logprobs are the learner's minus ln 2 (a generator that found its
+    tokens half as likely): with algo.tis_cap 1.5 its weight is min(2, 1.5) = 1.5, the lost
+    one's 1, so the first loss (ratios 1) is (2·(−a)·1.5 + 2·a·1)/4 = −a/4; without TIS the
+    two cancel to 0. Weights taken the wrong way round (π_gen/π_old) would give +a/4."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.batch import collate
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.tis_cap={cap or 'null'}"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1],
+                       logprobs=[0.0] * 4, turn_rewards=[reward]) for reward in (1.0, 0.0)]
+    learner = trainer.learner.outputs(collate(rows, trainer.tokenizer.pad_token_id))["logprobs"]
+    for row, shift in zip(rows, (math.log(2), 0.0)):
+        row.logprobs = [0.0, 0.0] + [float(lp) - shift for lp in learner[rows.index(row), 2:4]]
+    metrics = trainer.update(rows, step=0)
+    assert metrics["update/loss"] == pytest.approx(loss, abs=1e-4)
+    if cap is not None:
+        assert metrics["update/tis_weight_mean"] == pytest.approx(1.25, abs=1e-4)
+        assert metrics["update/tis_capped_fraction"] == pytest.approx(0.5)
+    else:
+        assert "update/tis_weight_mean" not in metrics
+
+
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):
     """Every row's reply went wrong at position 1, where token 12 would have continued a
     listed action. Without a penalty the tied group has no advantage, yet the right-token

@@ -19,8 +19,8 @@ from .advantages import (
 )
 from .kl import kl_k1, kl_k2, kl_k3, kl_loss, kl_penalty, kl_reward_penalty
 from .kl_control import KL_CONTROLLERS, AdaptiveKLController, FixedKLController, make_kl_controller
-from .losses import (RATIO_LEVELS, entropy_loss, ppo_clip_loss, right_token_loss, token_entropy, unit_log_ratio,
-                     value_clip_loss)
+from .losses import (RATIO_LEVELS, entropy_loss, ppo_clip_loss, right_token_loss, token_entropy,
+                     truncated_is_weights, unit_log_ratio, value_clip_loss)
 from .masked import (
     AGGREGATIONS,
     aggregate_loss,
@@ -58,5 +58,5 @@ __all__ = [
     "masked_mean", "masked_sum", "masked_whiten", "outcome_token_rewards", "penalize_tokens", "ppo_clip_loss",
     "register_advantage", "register_kl", "register_loss", "register_schedule",
     "reinforce_pp_advantages", "right_token_loss", "rloo_advantages", "stepwise_schedule", "token_entropy",
-    "token_level_rewards", "turn_ids_from_mask", "unit_log_ratio", "value_clip_loss",
+    "token_level_rewards", "truncated_is_weights", "turn_ids_from_mask", "unit_log_ratio", "value_clip_loss",
 ]

@@ -1,10 +1,12 @@
 """Loss terms on (B, T) token tensors: the PPO clipped policy loss (with per-token,
 per-turn or per-trajectory importance ratios), the clipped value loss and the entropy
-term. Each returns ``(scalar loss with gradient, metrics)`` and is 0, not NaN, when
+term, and the truncated importance weights that correct for a generator other than the learner. Each returns ``(scalar loss with gradient, metrics)`` and is 0, not NaN, when
 the mask selects nothing.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -85,10 +87,13 @@ def ppo_clip_loss(
     aggregation: str = "token-mean",
     ratio_level: str = "token",
     turn_ids: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> tuple[Tensor, Metrics]:
     """Clipped surrogate objective (PPO, Schulman et al. 2017, eq. 7), as a loss.
 
-    per_token = −min(ρ_t·A_t, clip(ρ_t, 1 − ε, 1 + ε_high)·A_t).
+    per_token = −min(ρ_t·A_t, clip(ρ_t, 1 − ε, 1 + ε_high)·A_t) · w_t,
+
+    with w_t = 1 unless `token_weights` are given (e.g. `truncated_is_weights`).
 
     `clip_eps_high` decouples the upper bound ("clip-higher", DAPO, Yu et al. 2025) so
     low-probability tokens with positive advantage can still grow; None means ε.
@@ -127,6 +132,7 @@ def ppo_clip_loss(
         turn_ids: (B, T) integer turn index (≥ 0 on action tokens, −1 elsewhere), only
             with ratio_level "turn"; None derives turns from the mask (maximal runs of
             action tokens).
+        token_weights: (B, T) constant weights w_t of the tokens' terms (None: 1).
 
     Returns:
         loss: scalar with gradient; 0 (not NaN) when the mask is empty.
@@ -162,6 +168,10 @@ def ppo_clip_loss(
     clipped = -adv * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + eps_high)
     # max of the negated terms == −min of the objectives (the pessimistic bound).
     per_token = torch.maximum(unclipped, clipped)
+    if token_weights is not None:
+        if token_weights.shape != shape:
+            raise ValueError(f"token_weights shape {tuple(token_weights.shape)} != logprobs shape {tuple(shape)}")
+        per_token = per_token * torch.where(m, token_weights.detach(), torch.zeros_like(token_weights))
     loss = aggregate_loss(per_token, m, aggregation)
 
     with torch.no_grad():
@@ -171,6 +181,45 @@ def ppo_clip_loss(
             "ratio_mean": masked_mean(ratio, m).item(),
         }
     return loss, metrics
+
+
+def truncated_is_weights(old_logprobs: Tensor, generator_logprobs: Tensor, mask: Tensor, *,
+                         cap: float) -> tuple[Tensor, Metrics]:
+    """Truncated importance-sampling weights for tokens sampled by a generator that is not
+    the learner (another engine such as vLLM, another precision or thread count):
+
+        w_t = min(π_old(y_t) / π_gen(y_t), C) = min(exp(old_t − gen_t), C).
+
+    PPO's ratio is taken against π_old, the learner's own scoring of the rollouts; the
+    tokens were drawn from π_gen, so each term is reweighted by how much likelier the
+    learner finds it, truncated at C so that a token the generator found unlikely cannot
+    dominate the update (TIS, Yao et al. 2025, "Your efficient RL framework secretly brings
+    you off-policy RL training"; verl's and TRL's `tis` cap).
+
+    Args:
+        old_logprobs: (B, T) the learner's log-probabilities of the sampled tokens.
+        generator_logprobs: (B, T) the generator's, for the same tokens.
+        mask: (B, T) 0/1 or bool, 1 on the tokens trained on.
+        cap: C > 0.
+
+    Returns:
+        weights: (B, T) constants, 0 off the mask.
+        metrics: "tis_weight_mean" (over masked tokens), "tis_capped_fraction" (share of
+            masked tokens whose weight was cut to C).
+    """
+    if cap <= 0:
+        raise ValueError(f"the TIS cap must be > 0, got {cap}")
+    if generator_logprobs.shape != old_logprobs.shape or mask.shape != old_logprobs.shape:
+        raise ValueError(f"shapes differ: old {tuple(old_logprobs.shape)}, generator "
+                         f"{tuple(generator_logprobs.shape)}, mask {tuple(mask.shape)}")
+    m = as_bool_mask(mask)
+    with torch.no_grad():
+        log_ratio = torch.where(m, old_logprobs - generator_logprobs, torch.zeros_like(old_logprobs))
+        ratio = torch.exp(log_ratio.clamp(max=math.log(cap) + 1.0))  # beyond the cap: no overflow
+        weights = torch.where(m, ratio.clamp(max=cap), torch.zeros_like(ratio))
+        metrics = {"tis_weight_mean": masked_mean(weights, m).item(),
+                   "tis_capped_fraction": masked_mean((ratio > cap).to(ratio.dtype), m).item()}
+    return weights, metrics
 
 
 @register_loss("value_clip")

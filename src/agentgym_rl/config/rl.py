@@ -86,9 +86,17 @@ class AlgoConfig:
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
+    tis_cap: PositiveFloat | None = None
+    """Truncated importance sampling (`algos.truncated_is_weights`): weight each token's
+    policy term by min(π_learner/π_generator, tis_cap), correcting for a generator that is
+    not the learner (vLLM, bfloat16, another thread count; `rollout/logprob_gap_*` shows the
+    gap). Needs recompute_old_logprobs. null: off; 2 is a common cap."""
 
     def __post_init__(self) -> None:
         spec = self.spec()  # an unknown name or a value the recipe cannot take fails here
+        if self.tis_cap is not None and not self.recompute_old_logprobs:
+            raise ValueError("tis_cap needs recompute_old_logprobs: true (without the learner's own scoring "
+                             "the generator's logprobs are the old ones and every weight would be 1)")
         if "group_ids" in advantage_inputs(spec.advantage)[0] and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for {self.name}: its advantage compares the samples of "
                              f"a task, and a group of {self.group_size} has nothing to compare (no update at all)")

@@ -28,6 +28,8 @@ class TokenBatch:
         returns: (B, T) float, value targets (PPO's critic).
         old_values: (B, T) float, the critic's values before the update (PPO's value clip).
         ref_logprobs: (B, T) float, the reference policy's log-probabilities (a KL term).
+        generator_logprobs: (B, T) float, the generator's log-probabilities, kept when the
+            learner's rescoring replaced them in `old_logprobs` (truncated importance sampling).
         right_ids: (B, T, K) long: at a rejected reply's wrong token, the tokens that would have
             continued a listed action; -1 everywhere else (the right-token loss).
         segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding).
@@ -43,6 +45,7 @@ class TokenBatch:
     returns: torch.Tensor | None = None
     old_values: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    generator_logprobs: torch.Tensor | None = None
     right_ids: torch.Tensor | None = None
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import torch
 
 from ..algos import (KL, LOSS, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss, kl_loss,
-                     make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens, right_token_loss)
+                     make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens, right_token_loss,
+                     truncated_is_weights)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..errors import DISK_ERRORS, UserError
@@ -417,6 +418,8 @@ class RLTrainer(Trainer):
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
                 self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
+                if self.config.algo.tis_cap is not None:
+                    batch.generator_logprobs = batch.old_logprobs
                 batch.old_logprobs = scored["logprobs"] * batch.loss_mask
             if self.algorithm.needs_critic:
                 batch.old_values = scored["values"]
@@ -434,9 +437,14 @@ class RLTrainer(Trainer):
         mask, logprobs = batch.loss_mask, outputs["logprobs"]
         if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
             self._gap.add(batch.old_logprobs, logprobs.detach(), mask)
+        weights, tis_metrics = None, {}
+        if batch.generator_logprobs is not None:  # algo.tis_cap
+            weights, tis_metrics = truncated_is_weights(batch.old_logprobs, batch.generator_logprobs, mask,
+                                                        cap=algo.tis_cap)
         # The policy and value losses are the ones the algorithm's recipe names (`LOSS` registry).
         loss, metrics = LOSS[spec.policy_loss](logprobs, batch.old_logprobs, batch.advantages, mask,
-                                               **spec.policy_loss_kwargs())
+                                               token_weights=weights, **spec.policy_loss_kwargs())
+        metrics = {**metrics, **tis_metrics}
         if spec.needs_critic:
             value_loss, value_metrics = LOSS[spec.value_loss](outputs["values"], batch.old_values, batch.returns,
                                                               mask, clip_eps=spec.value_clip_eps,
