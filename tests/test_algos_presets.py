@@ -85,6 +85,10 @@ def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
     # TIS compares the learner's scoring with the generator's: without the former it is a no-op.
     with pytest.raises(ValueError, match="tis_cap needs recompute_old_logprobs"):
         AlgoConfig(tis_cap=2.0, recompute_old_logprobs=False)
+    # Dynamic sampling refills tied groups: PPO's advantage has no groups to tie.
+    with pytest.raises(ValueError, match="dynamic_sampling refills groups"):
+        AlgoConfig(name="ppo", dynamic_sampling=2)
+    assert AlgoConfig(name="rloo", dynamic_sampling=2).dynamic_sampling == 2
 
 
 def test_presets_are_frozen_and_validated():

@@ -318,6 +318,61 @@ def test_truncated_importance_sampling_reweights_a_generator_that_differs(tmp_pa
         assert "update/tis_weight_mean" not in metrics
 
 
+def test_groups_with_a_reward_spread():
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import groups_with_reward_spread
+
+    def row(group, reward, error=None):
+        return Trajectory("counter", "counter_1", "goal1", group=group, turn_rewards=[reward], error=error)
+
+    # Group 0 ties; 1 differs; 2 differs only through an episode cut short by an error (left out).
+    rows = [row(0, 0.5), row(0, 0.5), row(1, 1.0), row(1, 0.0), row(2, 0.0), row(2, 1.0, error="crash")]
+    assert groups_with_reward_spread(rows) == {1}
+
+
+@pytest.mark.parametrize("rounds", [0, 3])
+def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env_registered, rounds):
+    """A scripted policy: the two samples of an even task tie, an odd task's differ. With
+    algo.dynamic_sampling 3, tied groups are replaced by new tasks until 4 groups have a
+    spread, each refill drawn as a pure function of (seed, step, round); with 0, none are."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer, groups_with_reward_spread
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.tasks_per_step=4", "algo.group_size=2",
+        f"algo.dynamic_sampling={rounds}"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    calls = []
+
+    def scripted(tasks, horizon):
+        calls.append([task.index for task in tasks])
+        return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward])
+                for group, task in enumerate(tasks) for reward in ((0.0, 0.0) if task.index % 2 == 0 else (1.0, 0.0))]
+
+    trainer._play = scripted
+    trajectories, metrics = trainer._play_step(step=5, horizon=3)
+    first = calls[0]
+    assert first == [task.index for task in trainer.sample_tasks(5)]
+    ties = sum(index % 2 == 0 for index in first)
+    assert 0 < ties < 4  # seed 0 draws both kinds at step 5: the test needs a refill to happen
+    spread = groups_with_reward_spread(trajectories)
+    if rounds == 0:
+        assert len(calls) == 1 and metrics == {} and len(spread) == 4 - ties
+        return
+    played = [index for call in calls for index in call]
+    assert len(spread) == 4 and len(set(played)) == len(played)  # no task played twice in a step
+    assert sorted({t.group for t in trajectories}) == list(range(len(played)))
+    assert metrics == {"sampling/refill_rounds": len(calls) - 1, "sampling/extra_groups": len(played) - 4,
+                       "sampling/groups_with_signal": 4}
+    # The refills are a pure function of the step: a second trainer draws the same.
+    again = RLTrainer(config, log=lambda _: None)
+    again._play, calls_before = scripted, list(calls)
+    again._play_step(step=5, horizon=3)
+    assert calls[len(calls_before):] == calls_before
+
+
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):
     """Every row's reply went wrong at position 1, where token 12 would have continued a
     listed action. Without a penalty the tied group has no advantage, yet the right-token

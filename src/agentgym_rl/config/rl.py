@@ -86,6 +86,13 @@ class AlgoConfig:
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
+    dynamic_sampling: NonNegative = 0
+    """Refill rounds of DAPO's dynamic sampling (0: off). A group whose rewards all tie has no
+    advantage; after the step's groups are played, as many new tasks as there are such groups
+    short of `tasks_per_step` with a reward spread are played, up to this many times. The tied
+    groups stay in the batch (their rows are left out of the update by skip_zero_advantage,
+    unless a token penalty gives them a signal); `sampling/*` metrics count the extra groups.
+    Only for the algorithms that compare a task's samples (grpo, rloo, loop)."""
     tis_cap: PositiveFloat | None = None
     """Truncated importance sampling (`algos.truncated_is_weights`): weight each token's
     policy term by min(π_learner/π_generator, tis_cap), correcting for a generator that is
@@ -97,7 +104,11 @@ class AlgoConfig:
         if self.tis_cap is not None and not self.recompute_old_logprobs:
             raise ValueError("tis_cap needs recompute_old_logprobs: true (without the learner's own scoring "
                              "the generator's logprobs are the old ones and every weight would be 1)")
-        if "group_ids" in advantage_inputs(spec.advantage)[0] and self.group_size < 2:
+        grouped = "group_ids" in advantage_inputs(spec.advantage)[0]
+        if self.dynamic_sampling and not grouped:
+            raise ValueError(f"dynamic_sampling refills groups whose rewards tie; {self.name}'s advantage does not "
+                             "compare a task's samples (use grpo, rloo or loop, or dynamic_sampling: 0)")
+        if grouped and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for {self.name}: its advantage compares the samples of "
                              f"a task, and a group of {self.group_size} has nothing to compare (no update at all)")
 

@@ -100,6 +100,16 @@ def no_update_reason(metrics: dict[str, float]) -> str | None:
     return None
 
 
+def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
+    """The groups whose samples' rewards are not all equal (episodes cut short by an error left
+    out, as the update leaves them out): only those give a group-relative advantage."""
+    rewards: dict[int, list[float]] = {}
+    for trajectory in trajectories:
+        if trajectory.error is None:
+            rewards.setdefault(trajectory.group, []).append(trajectory.reward)
+    return {group for group, values in rewards.items() if max(values) - min(values) > 1e-9}
+
+
 class RLTrainer(Trainer):
     """Trains a policy on one environment with a registered advantage estimator."""
 
@@ -257,14 +267,9 @@ class RLTrainer(Trainer):
             for step in bar:
                 horizon = self.schedule.horizon(step)
                 began = time.time()
-                # Each rank plays its share of the step's tasks (whole groups); all see every trajectory.
-                mine = self.sample_tasks(step)[self.rank::self.world]
-                played = self._play(mine, horizon)
-                for trajectory in played:  # the group is the task's index in the whole step, as in one process
-                    trajectory.group = self.rank + trajectory.group * self.world
-                trajectories = distributed.gather(played)
+                trajectories, sampling_metrics = self._play_step(step, horizon)
                 rolled = time.time()
-                update_metrics = self.update(trajectories, step)
+                update_metrics = {**sampling_metrics, **self.update(trajectories, step)}
                 weights = self.learner.gather_weights()
                 for policy in (self.policy, self.val_policy, self.workers):  # the generators sample the new weights
                     if policy is not None:
@@ -320,6 +325,45 @@ class RLTrainer(Trainer):
         """The tasks of a step: a pure function of (seed, step), so resume replays them."""
         rng = random.Random(f"{self.config.run.seed}-{step}")
         return rng.sample(self.train_tasks, self.config.algo.tasks_per_step)
+
+    def refill_tasks(self, step: int, round_: int, count: int, played: list) -> list:
+        """`count` tasks for refill round `round_` of a step's dynamic sampling, none of the
+        `played` ones while enough others are left: a pure function of (seed, step, round,
+        played), so resume and every torchrun rank draw the same."""
+        rng = random.Random(f"{self.config.run.seed}-{step}-refill-{round_}")
+        seen = {task.index for task in played}
+        fresh = [task for task in self.train_tasks if task.index not in seen]
+        return rng.sample(fresh if len(fresh) >= count else self.train_tasks, count)
+
+    def _play_step(self, step: int, horizon: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's episodes, `group_size` of each task, and the `sampling/*` metrics.
+
+        Each rank plays its share of the tasks (whole groups) and all see every trajectory;
+        a group id is the task's index among all the step's tasks, as in one process. With
+        `algo.dynamic_sampling` k, the groups short of `tasks_per_step` with a reward spread
+        are refilled with new tasks, up to k rounds."""
+        algo = self.config.algo
+        tasks, played_tasks, trajectories = self.sample_tasks(step), [], []
+        with_signal: set[int] = set()
+        rounds = 0
+        while True:
+            played = self._play(tasks[self.rank::self.world], horizon)
+            for trajectory in played:
+                trajectory.group = len(played_tasks) + self.rank + trajectory.group * self.world
+            new = distributed.gather(played)
+            trajectories += new
+            played_tasks += tasks
+            with_signal |= groups_with_reward_spread(new)
+            missing = algo.tasks_per_step - len(with_signal)
+            if missing <= 0 or rounds == algo.dynamic_sampling:
+                break
+            rounds += 1
+            tasks = self.refill_tasks(step, rounds, missing, played_tasks)
+        if not algo.dynamic_sampling:
+            return trajectories, {}
+        return trajectories, {"sampling/refill_rounds": rounds,
+                              "sampling/extra_groups": len(played_tasks) - algo.tasks_per_step,
+                              "sampling/groups_with_signal": len(with_signal)}
 
     # ---------------------------------------------------------------------------- update
     def update(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
