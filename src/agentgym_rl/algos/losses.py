@@ -1,7 +1,8 @@
 """Loss terms on (B, T) token tensors: the PPO clipped policy loss (with per-token,
 per-turn or per-trajectory importance ratios), the clipped value loss and the entropy
-term, and the truncated importance weights that correct for a generator other than the learner. Each returns ``(scalar loss with gradient, metrics)`` and is 0, not NaN, when
-the mask selects nothing.
+term. Each returns ``(scalar loss with gradient, metrics)`` and is 0, not NaN, when
+the mask selects nothing. Also the truncated importance weights that correct the policy
+loss for a generator other than the learner.
 """
 
 from __future__ import annotations

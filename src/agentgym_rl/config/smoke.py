@@ -26,8 +26,9 @@ _RL = ["train.steps=2", "train.validate_every=2", "train.save_every=2", "schedul
        "env.invalid_action_penalty=0.1", "algo.temperature=0.5"]
 _RL_TINY = ["schedule.horizons=[3]", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32"]
 # A 135M model's update on the CPU costs ~10 s per episode of two turns (TextCraft's prompt is
-# ~900 tokens): one step of one group of 2. An instruct model may write no valid action at all (SmolLM2 on TextCraft), and its
-# group then ties: the penalty on the token where a rejected action went wrong gives it a signal.
+# ~900 tokens): one step of one group of 2. An instruct model may write no valid action at all
+# (SmolLM2 on TextCraft) and its group then ties: the penalty on the token where a rejected
+# action went wrong gives it a signal.
 _RL_PRETRAINED = ["train.steps=1", "schedule.horizons=[2]", "algo.tasks_per_step=1", "algo.group_size=2",
                   "algo.minibatch_size=2", "eval.max_turns=2", "algo.invalid_turn_penalty=0.5"]
 # Environments slower to play than BabyAI, kept near a minute: SciWorld's expert plays ~40 turns
