@@ -25,6 +25,7 @@ over these defaults; that choice belongs to the trainer.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass, fields
 from types import MappingProxyType
@@ -135,8 +136,14 @@ SPEC_FIELDS = frozenset(f.name for f in fields(AlgorithmSpec)) - {"name", "advan
 
 def _by_signature(function: Callable, spec: AlgorithmSpec) -> dict[str, Any]:
     """The keyword-only parameters of `function` that are recipe fields, with the recipe's values."""
-    return {p.name: getattr(spec, p.name) for p in inspect.signature(function).parameters.values()
-            if p.kind == p.KEYWORD_ONLY and p.name in SPEC_FIELDS}
+    return {name: getattr(spec, name) for name in _setting_keywords(function)}
+
+
+@functools.lru_cache(maxsize=None)
+def _setting_keywords(function: Callable) -> tuple[str, ...]:
+    """Read once per function: the trainer asks for every micro-batch's loss."""
+    return tuple(p.name for p in inspect.signature(function).parameters.values()
+                 if p.kind == p.KEYWORD_ONLY and p.name in SPEC_FIELDS)
 
 
 ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType({spec.name: spec for spec in (
