@@ -92,7 +92,7 @@ class CounterEnv(TextEnv):
     def reset(self, item_id=None, seed=None):
         self.goal = 1 + int(str(item_id or 0).split("_")[-1]) % 3
         self.count = 0
-        return f"Goal: count to {self.goal}.", {"item_id": f"counter_{self.goal}"}
+        return f"Goal: count to {self.goal}.", {"item_id": f"counter_{self.goal}", "state_key": "0"}
 
     def step(self, action):
         if self.goal is None:
@@ -103,7 +103,8 @@ class CounterEnv(TextEnv):
         success = self.count >= self.goal
         obs = "Nothing happens." if invalid else f"Counter value is {self.count}."
         reward = float(success) + (0.0 if invalid else 0.1)
-        return obs, reward, success, False, {"success": success, "invalid_action": invalid}
+        return obs, reward, success, False, {"success": success, "invalid_action": invalid,
+                                             "state_key": str(self.count)}
 
     def available_actions(self):
         return ["count", "look"]

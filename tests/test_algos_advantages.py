@@ -16,6 +16,7 @@ from agentgym_rl.algos import (
     compute_advantages,
     discredit_turns,
     gae_advantages,
+    gigpo_advantages,
     grpo_advantages,
     loop_advantages,
     outcome_token_rewards,
@@ -386,3 +387,71 @@ def test_penalize_tokens_subtracts_at_the_listed_positions_only():
         penalize_tokens(advantages, [[], []], penalty=-1.0)
     with pytest.raises(ValueError, match="2 position lists"):
         penalize_tokens(advantages, [[]], penalty=1.0)
+
+
+# --------------------------------------------------------------------------------- GiGPO
+
+# Group 0: two successful episodes of one task. Row 0 takes 2 turns (states s0, s1); row 1 takes
+# 3 (s0, s0 again after a rejected action, then s1). Group 1: row 2 succeeds without state ids,
+# row 3 fails alone in s0 (the same id as group 0's s0, which must not join its step group).
+GIGPO_MASK = [[1, 1, 0, 1, 0], [1, 0, 1, 0, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]]
+GIGPO_STATES = [[0, 0, -1, 1, -1], [0, -1, 0, -1, 1], [-1, -1, -1, -1, -1], [0, -1, -1, -1, -1]]
+
+
+def gigpo(**hparams):
+    return gigpo_advantages(t([1.0, 1.0, 1.0, 0.0]), ids([0, 0, 1, 1]), t(GIGPO_MASK), ids(GIGPO_STATES), **hparams)
+
+
+def test_gigpo_hand_example_without_std():
+    # γ = 0.5: returns from s0 in group 0 are 0.5 (row 0, turn 0), 0.25 and 0.5 (row 1, turns 0
+    # and 1); their mean is 5/12, so A^S = 1/12, -1/6, 1/12. From s1 both returns are 1: A^S = 0.
+    # Episode level: group 0 ties (0); group 1 is +-0.5. Row 3's s0 is alone in its group: 0.
+    out = gigpo(normalize_std=False, gamma=0.5)
+    assert_rows(out.advantages, [[1 / 12, 1 / 12, 0, 0, 0], [-1 / 6, 0, 1 / 12, 0, 0],
+                                 [0.5, 0.5, 0, 0, 0], [-0.5, 0, 0, 0, 0]])
+    assert out.metrics["keyed_turn_frac"] == pytest.approx(6 / 7)
+    assert out.metrics["step_groups"] == 2.0
+    assert out.metrics["step_grouped_turn_frac"] == pytest.approx(5 / 7)
+    assert out.metrics["zero_var_group_frac"] == 0.5
+    # ω scales the step level only.
+    doubled = gigpo(normalize_std=False, gamma=0.5, step_weight=2.0)
+    assert_rows(doubled.advantages[:2], [[1 / 6, 1 / 6, 0, 0, 0], [-1 / 3, 0, 1 / 6, 0, 0]])
+
+
+def test_gigpo_hand_example_with_std():
+    # The s0 step group's deviations 1/12, -1/6, 1/12 have an unbiased std of sqrt(1/48), so
+    # A^S = 1/sqrt(3), -2/sqrt(3), 1/sqrt(3); group 1's episode std is sqrt(1/2): A^E = +-sqrt(1/2).
+    out = gigpo(normalize_std=True, gamma=0.5)
+    a, h = 1 / math.sqrt(3), math.sqrt(0.5)
+    assert_rows(out.advantages, [[a, a, 0, 0, 0], [-2 * a, 0, a, 0, 0], [h, h, 0, 0, 0], [-h, 0, 0, 0, 0]],
+                atol=1e-5)
+
+
+def test_gigpo_credits_the_detour_where_grpo_gives_nothing():
+    # Both episodes of group 0 succeed: GRPO (and GiGPO without states, or with γ = 1, where
+    # every return from a state is the same) has no signal; GiGPO blames the turn that went
+    # nowhere (row 1's first) and credits the ones that moved on.
+    rewards, groups, mask = t([1.0, 1.0]), ids([0, 0]), t(GIGPO_MASK[:2])
+    grpo = broadcast_to_tokens(grpo_advantages(rewards, groups).advantages, mask)
+    assert not grpo.any()
+    assert torch.equal(gigpo_advantages(rewards, groups, mask).advantages, grpo)
+    assert not gigpo_advantages(rewards, groups, mask, ids(GIGPO_STATES[:2]), gamma=1.0).advantages.any()
+    step = gigpo_advantages(rewards, groups, mask, ids(GIGPO_STATES[:2]), gamma=0.95).advantages
+    assert step[1, 0] < 0 < step[1, 2] and step[0, 0] > 0
+
+
+def test_gigpo_without_states_is_grpo_and_rejects_bad_inputs():
+    rewards, groups, mask = t([1.0, 0.0, 0.5]), ids([0, 0, 0]), t([MASK, MASK, MASK])
+    expected = broadcast_to_tokens(grpo_advantages(rewards, groups).advantages, mask)
+    assert torch.allclose(compute_advantages("gigpo", {"rewards": rewards, "group_ids": groups, "mask": mask})
+                          .advantages, expected)
+    assert advantage_inputs("gigpo") == (("rewards", "group_ids", "mask"), ("state_ids",),
+                                         ("normalize_std", "step_weight", "gamma", "eps"))
+    with pytest.raises(ValueError, match="state_ids shape"):
+        gigpo_advantages(rewards, groups, mask, ids([[0, 1]] * 3))
+    with pytest.raises(ValueError, match="integer"):
+        gigpo_advantages(rewards, groups, mask, t([[0.0] * 7] * 3))
+    with pytest.raises(ValueError, match="gamma"):
+        gigpo_advantages(rewards, groups, mask, gamma=1.5)
+    empty = gigpo_advantages(t([]), ids([]), torch.zeros(0, 4))
+    assert empty.advantages.shape == (0, 4)

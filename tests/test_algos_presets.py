@@ -26,7 +26,7 @@ from agentgym_rl.algos import (
     token_level_rewards,
 )
 
-NAMES = ["grpo", "loop", "ppo", "reinforce++", "rloo"]
+NAMES = ["gigpo", "grpo", "loop", "ppo", "reinforce++", "rloo"]
 
 
 def test_algorithm_names_are_the_presets_not_the_estimators():
@@ -43,7 +43,9 @@ def test_cli_prints_exactly_the_algorithm_names():
 
 
 def test_presets_follow_their_papers():
-    grpo, loop, ppo, rpp, rloo = (ALGORITHMS[n] for n in NAMES)
+    gigpo, grpo, loop, ppo, rpp, rloo = (ALGORITHMS[n] for n in NAMES)
+    # GiGPO (verl-agent): γ = 0.95 per turn, ω = 1, std-normalised at both levels.
+    assert (gigpo.advantage, gigpo.gamma, gigpo.step_weight, gigpo.normalize_std) == ("gigpo", 0.95, 1.0, True)
     assert grpo.advantage == "grpo" and grpo.normalize_std and grpo.kl_coef == 1e-3 and grpo.kl_estimator == "k3"
     # LOOP: leave-one-out, no std, |A| < 0.01 dropped, no KL, ε = 0.1, per-token ratios
     # averaged per rollout then across rollouts, 2 epochs, no critic.
@@ -61,6 +63,7 @@ def test_presets_follow_their_papers():
 def test_advantage_kwargs():
     assert get_algorithm("grpo").advantage_kwargs() == {"normalize_std": True}
     assert get_algorithm("rloo").advantage_kwargs() == {}
+    assert get_algorithm("gigpo").advantage_kwargs() == {"normalize_std": True, "step_weight": 1.0, "gamma": 0.95}
     assert get_algorithm("loop").advantage_kwargs() == {"drop_threshold": 0.01}
     assert get_algorithm("ppo").advantage_kwargs() == {"gamma": 1.0, "lam": 0.95, "whiten": True}
     assert get_algorithm("reinforce++").advantage_kwargs() == {"gamma": 1.0, "kl_coef": 1e-3}
@@ -97,7 +100,7 @@ def test_presets_are_frozen_and_validated():
         spec.clip_eps = 0.3
     with pytest.raises(TypeError):
         ALGORITHMS["mine"] = spec
-    with pytest.raises(ValueError, match="unknown algorithm 'gae'; registered: grpo, loop, ppo, reinforce\\+\\+, rloo"):
+    with pytest.raises(ValueError, match="unknown algorithm 'gae'; registered: gigpo, grpo, loop, ppo, reinforce\\+\\+, rloo"):
         get_algorithm("gae")
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         AlgorithmSpec("x", "ppo", "")
@@ -206,5 +209,5 @@ def test_kl_controller_validation_and_factory():
 
 
 def test_every_preset_estimator_is_registered():
-    assert {spec.advantage for spec in ALGORITHMS.values()} == {"gae", "grpo", "loop", "reinforce++", "rloo"}
+    assert {spec.advantage for spec in ALGORITHMS.values()} == {"gae", "gigpo", "grpo", "loop", "reinforce++", "rloo"}
     assert all(spec.advantage in ADVANTAGE for spec in ALGORITHMS.values())

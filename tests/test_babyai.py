@@ -11,6 +11,7 @@ from minigrid.core.grid import Grid
 from minigrid.core.world_object import Ball, Door, Key
 from minigrid.envs import EmptyEnv
 
+from agentgym_rl.envs import registry
 from agentgym_rl.envs.babyai.actions import Command, execute, parse_action, plan_path
 from agentgym_rl.envs.babyai.env import BabyAIEnv
 from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, item_level
@@ -210,6 +211,19 @@ def test_invalid_actions_are_explained_not_raised(env, action, reason):
     assert info["primitive_steps"] == 0 and reward == 0.0
     assert obs == f"You cannot do that: {reason}. {first}"
     assert not terminated and not truncated
+
+
+def test_the_state_key_names_the_true_state_not_the_view(env):
+    start = env.reset(40)[1]["state_key"]
+    assert env.reset(40)[1]["state_key"] == start and env.reset(0)[1]["state_key"] != start
+    env.reset(40)
+    # A rejected action leaves the state, so the key, as it was; turning changes only the pose.
+    assert env.step("pickup")[4]["state_key"] == start
+    turned = env.step("turn left")[4]["state_key"]
+    assert turned != start
+    # Back to the same pose: the same key, though the view history differs.
+    assert env.step("turn right")[4]["state_key"] == start
+    assert registry.spec("babyai").state_keys
 
 
 def test_pickup_of_a_door_and_while_carrying_are_invalid():

@@ -8,7 +8,7 @@ import torch
 
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
-from agentgym_rl.train.batch import collate, micro_batches
+from agentgym_rl.train.batch import collate, micro_batches, turn_state_ids
 from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs, token_outputs
 from agentgym_rl.train.finetune import nll_loss
 
@@ -42,6 +42,14 @@ def test_a_right_padded_batch_is_scored_as_each_row_alone(tiny_tokenizer):
         for row, length in enumerate(batch.attention_mask.sum(1).tolist()):
             alone = token_logprobs(model, batch.select([row]))
             assert torch.allclose(scored[row, :length], alone[0], atol=1e-5)
+
+
+def test_turn_state_ids_number_each_turns_state_key_across_the_batch():
+    mask = torch.tensor([[0, 1, 1, 0, 1, 0], [0, 1, 0, 1, 0, 1], [0, 1, 0, 0, 0, 0]])
+    rows = [Trajectory("e", "e_0", "c", state_keys=["a", "b"]), Trajectory("e", "e_1", "c", state_keys=["b", "", "a"]),
+            Trajectory("e", "e_2", "c")]  # no key recorded: -1
+    assert turn_state_ids(rows, mask).tolist() == [[-1, 0, 0, -1, 1, -1], [-1, 1, -1, -1, -1, 0],
+                                                   [-1, -1, -1, -1, -1, -1]]
 
 
 def test_right_logprobs_are_the_log_total_probability_of_the_listed_tokens(tiny_tokenizer):

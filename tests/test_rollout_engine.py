@@ -54,6 +54,22 @@ def test_max_envs_caps_live_environments_and_keeps_order():
         [(t.item_id, t.group, t.turns, t.success) for t in reference]
 
 
+def test_each_turn_records_the_state_its_action_was_taken_from():
+    # Item 2's goal is 3 counts; the counter names its state by the count (conftest.CounterEnv).
+    with RolloutEngine(CounterEnv) as engine:
+        [trajectory] = engine.run([Task("counter", 2, "c")], CounterExpert(), max_turns=5)
+    assert trajectory.turns == 3 and trajectory.state_keys == ["0", "1", "2"]
+
+    class Unnamed(CounterEnv):
+        def step(self, action):
+            *result, info = super().step(action)
+            return (*result, {k: v for k, v in info.items() if k != "state_key"})
+
+    with RolloutEngine(Unnamed) as engine:
+        [trajectory] = engine.run([Task("counter", 2, "c")], CounterExpert(), max_turns=5)
+    assert trajectory.state_keys == ["0", "", ""]  # only reset's info named one
+
+
 def test_the_factory_limit_applies_when_the_config_sets_none():
     counter = _LiveCounter()
     counter.max_parallel = 3

@@ -120,7 +120,8 @@ def test_reset_shows_commands_and_goal_deterministically():
     needed = {r.text for r in book.tree("flint_and_steel")}
     assert needed <= set(lines) and 0 < len(set(lines) - needed) <= MAX_DISTRACTORS
     assert len(lines) == len(set(lines))
-    assert info == {"item_id": f"textcraft_{index}", "goal": "flint and steel", "depth": 2, "category": "depth 2"}
+    assert info == {"item_id": f"textcraft_{index}", "goal": "flint and steel", "depth": 2, "category": "depth 2",
+                    "state_key": "empty"}
     assert crafting_commands(index) == lines
 
 
@@ -164,6 +165,15 @@ def test_crafting_quantities_by_hand(env):
     # A tag ingredient takes one specific item for the whole count: no mixing.
     obs, *_, info = env.step("craft 4 stick using 1 oak planks, 1 birch planks")
     assert info["invalid_action"] and "match none of its recipes" in obs
+
+
+def test_the_state_key_is_the_inventory(env):
+    assert env.reset(index_of("flint_and_steel"))[1]["state_key"] == "empty"
+    assert env.step("get 2 oak logs")[4]["state_key"] == "2 oak_logs"
+    assert env.step("craft 4 stick using 9 oak logs")[4]["state_key"] == "2 oak_logs"  # rejected: unchanged
+    assert env.step("craft 4 oak planks using 1 oak logs")[4]["state_key"] == "1 oak_logs, 4 oak_planks"
+    assert env.step("inventory")[4]["state_key"] == "1 oak_logs, 4 oak_planks"
+    assert registry.spec("textcraft").state_keys and not registry.spec("search").state_keys
 
 
 def test_success_reward_and_end_of_episode(env):

@@ -96,7 +96,7 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     assert json.loads((run_dir / "eval_policy.json").read_text()) | {"seconds": 0} == summary | {"seconds": 0}
 
 
-ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop"]
+ALGORITHMS = ["ppo", "grpo", "reinforce++", "rloo", "loop", "gigpo"]
 
 
 @pytest.mark.slow
@@ -114,6 +114,8 @@ def test_every_algorithm_trains_on_babyai_through_the_cli(tmp_path, algorithm):
         assert all("update/value_loss" in r for r in rows)
         # The critic's values are scored before the advantages, in every step; part of the update's time.
         assert all(0 < r["time/score_s"] < r["time/update_s"] for r in rows)
+    if algorithm == "gigpo":  # BabyAI names every state its turns start from
+        assert all(r["adv/keyed_turn_frac"] == 1.0 for r in rows)
     if algorithm == "reinforce++":  # KL in the reward, to a frozen copy of the warmed-up model
         assert all(r["kl_coef"] == 0.001 for r in rows)
     assert (run_dir / "checkpoints" / "step_000002" / "model" / "config.json").is_file()
@@ -137,6 +139,8 @@ def test_every_algorithm_updates_the_policy(tmp_path, counter_env_registered, al
     base = load_file(tmp_path / "toy" / "base_model" / "model.safetensors")
     trained = load_file(tmp_path / "toy" / "checkpoints" / "step_000002" / "model" / "model.safetensors")
     assert any(not torch.equal(base[k], trained[k]) for k in base)
+    if algorithm == "gigpo":  # every turn's state is named (the counter), so turns meet in step groups
+        assert all(r["adv/keyed_turn_frac"] == 1.0 for r in rows) and any(r["adv/step_groups"] > 0 for r in rows)
 
 
 def test_max_kl_skips_updates(tmp_path, counter_env_registered):

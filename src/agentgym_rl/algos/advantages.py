@@ -14,6 +14,8 @@ Token-level estimators return (B, T) advantages:
   the action tokens only so credit crosses environment observations.
 * reinforce++ — discounted token returns with the KL penalty in the reward, whitened
   over the whole batch (Hu et al. 2025).
+* gigpo — grpo's episode-level advantage plus a step-level one comparing the turns of a
+  group's episodes that start from the same environment state (Feng et al. 2025).
 
 In a multi-turn trajectory the (B, T) `mask` is 1 on the policy's own tokens and 0 on
 the prompt, on environment observations between turns, and on padding. Token-level
@@ -501,3 +503,114 @@ def reinforce_pp_advantages(
         "reward_mean": rewards.mean().item() if rewards.numel() else 0.0,
     }
     return AdvantageOutput(advantages, metrics, returns=returns)
+
+
+# ------------------------------------------------------------------------ step level
+
+
+def _turn_starts(mask: Tensor) -> Tensor:
+    """(B, T) bool: True at the first token of each run of action tokens (each turn)."""
+    previous = torch.zeros_like(mask)
+    previous[:, 1:] = mask[:, :-1]
+    return mask & ~previous
+
+
+@register_advantage("gigpo")
+def gigpo_advantages(
+    rewards: Tensor,
+    group_ids: Tensor,
+    mask: Tensor,
+    state_ids: Tensor | None = None,
+    *,
+    normalize_std: bool = True,
+    step_weight: float = 1.0,
+    gamma: float = 0.95,
+    eps: float = 1e-6,
+) -> AdvantageOutput:
+    """GiGPO: episode-level plus step-level group advantages (Feng et al. 2025, "Group-in-Group
+    Policy Optimization for LLM Agent Training", §4).
+
+    Episode level: the GRPO advantage A^E_i of trajectory i in its task's group (`grpo_advantages`).
+    Step level: turns that start from the same environment state (the same state id) in the
+    episodes of one group form a step group, and each turn is compared with the others there by
+    its discounted return. With the outcome reward r_i arriving after the last of the episode's
+    n_i turns, turn k's return is R_{i,k} = γ^(n_i − 1 − k) · r_i, so among turns taken from one
+    state, the one that reached the goal in fewer turns scores higher. Then
+
+        A^S_{i,k} = (R_{i,k} − mean_s R) / (std_s R + eps)   (without std: R − mean),
+        A_{i,k}   = A^E_i + step_weight · A^S_{i,k}   on every action token of turn k.
+
+    A step group of one turn, or whose returns all tie, adds 0; a turn without a state id
+    (−1: its environment gives none) keeps only A^E. Unlike the episode level, a group of
+    episodes that all succeeded still has a step-level signal when some took detours (a rejected
+    action leaves the state as it was, so the turn after it starts from the same state and
+    reaches the goal one turn sooner).
+
+    Args:
+        rewards: (B,) outcome rewards.
+        group_ids: (B,) integer task ids.
+        mask: (B, T) 0/1 or bool action mask; turn k of a row is its k-th run of action tokens.
+        state_ids: (B, T) integer id of the state each token's turn was taken from, the same on
+            every token of a turn (read at its first token); −1 for no state. Ids are compared
+            only within a group. None: no turn has one (GiGPO is then GRPO).
+        normalize_std: divide by the std, at both levels (verl-agent's "mean_std_norm"; False
+            is its "mean_norm").
+        step_weight: ω, the weight of the step level.
+        gamma: discount per turn, in [0, 1].
+        eps: added to the stds.
+
+    Returns:
+        `AdvantageOutput` with (B, T) detached advantages, 0 off the mask; metrics of the
+        episode level ("num_groups", "zero_var_group_frac", "reward_mean", "episode_adv_abs_mean"),
+        of the step level ("keyed_turn_frac": turns with a state id, "step_groups": step groups of
+        two or more turns, "step_grouped_turn_frac": turns in one, "step_adv_abs_mean" over keyed
+        turns) and "adv_abs_mean" over action tokens.
+    """
+    _check_rewards(rewards, group_ids)
+    _check_token_tensors(mask, state_ids=state_ids)
+    if mask.shape[0] != rewards.shape[0]:
+        raise ValueError(f"mask has {mask.shape[0]} rows for {rewards.shape[0]} rewards")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if state_ids is not None and (state_ids.dtype.is_floating_point or state_ids.dtype == torch.bool):
+        raise ValueError(f"state_ids must be an integer tensor, got {state_ids.dtype}")
+    m = as_bool_mask(mask)
+    rewards = rewards.detach()
+    episode = grpo_advantages(rewards, group_ids, normalize_std=normalize_std, eps=eps)
+    advantages = broadcast_to_tokens(episode.advantages, m)
+    turns = turn_ids_from_mask(m)
+    rows, columns = _turn_starts(m).nonzero(as_tuple=True)  # one entry per turn
+    turn = turns[rows, columns]
+    last_turn = turns.max(dim=-1).values if m.shape[1] else turns.new_zeros(m.shape[0])
+    returns = rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
+    state = state_ids[rows, columns].long() if state_ids is not None else torch.full_like(turn, -1)
+    keyed = state >= 0
+    step = torch.zeros_like(returns)
+    grouped = torch.zeros_like(keyed)  # turns in a step group of two or more
+    step_groups = 0
+    if keyed.any():
+        # A step group is one (task, state) pair: dense ids over the keyed turns.
+        pairs = torch.stack([group_ids[rows][keyed].long(), state[keyed]], dim=1)
+        _, step_group = torch.unique(pairs, dim=0, return_inverse=True)
+        step[keyed] = grpo_advantages(returns[keyed], step_group, normalize_std=normalize_std, eps=eps).advantages
+        sizes = torch.bincount(step_group)
+        grouped[keyed] = sizes[step_group] > 1
+        step_groups = int((sizes > 1).sum())
+    # Back to tokens: a (B, turns) table read at each token's turn.
+    table = rewards.new_zeros(m.shape[0], int(turn.max()) + 1 if turn.numel() else 1)
+    table[rows, turn] = step
+    advantages = advantages + step_weight * torch.where(m, table.gather(1, turns.clamp(min=0)),
+                                                        torch.zeros_like(advantages))
+    count = max(turn.numel(), 1)
+    metrics = {
+        "num_groups": episode.metrics["num_groups"],
+        "zero_var_group_frac": episode.metrics["zero_var_group_frac"],
+        "reward_mean": episode.metrics["reward_mean"],
+        "episode_adv_abs_mean": episode.metrics["adv_abs_mean"],
+        "keyed_turn_frac": float(keyed.sum()) / count,
+        "step_groups": float(step_groups),
+        "step_grouped_turn_frac": float(grouped.sum()) / count,
+        "step_adv_abs_mean": step[keyed].abs().mean().item() if keyed.any() else 0.0,
+        "adv_abs_mean": masked_mean(advantages.abs(), m).item(),
+    }
+    return AdvantageOutput(advantages, metrics)

@@ -7,6 +7,7 @@ calls ``compute_advantages(spec.advantage, fields, **spec.advantage_kwargs())``.
 
 | name        | advantage   | critic | KL                         | notable defaults                       |
 |-------------|-------------|--------|----------------------------|----------------------------------------|
+| gigpo       | gigpo       | no     | k3 loss, β = 1e-3          | γ = 0.95 per turn, ω = 1, std norm.    |
 | grpo        | grpo        | no     | k3 loss, β = 1e-3          | group std normalisation                |
 | loop        | loop        | no     | none                       | drop |A| < 0.01, ε = 0.1, 2 epochs,    |
 |             |             |        |                            | per-rollout token mean                 |
@@ -18,8 +19,9 @@ calls ``compute_advantages(spec.advantage, fields, **spec.advantage_kwargs())``.
 Sources: β = 1e-3 with k3 as a loss, ε = 0.2 and one ratio per token are AgentGym-RL's
 settings (Xi et al. 2025); LOOP's are from Chen et al. 2025 (K = 6 rollouts, no KL,
 ε = 0.1, per-token clipping averaged per rollout then across rollouts, |A| < 0.01
-dropped, 2 epochs); REINFORCE++ folds a k1 KL (sampling policy vs reference) into the
-per-token reward (Hu et al. 2025, eq. 9). Values set in a run's config take precedence
+dropped, 2 epochs); GiGPO's γ = 0.95 and ω = 1 are Feng et al. 2025's (verl-agent);
+REINFORCE++ folds a k1 KL (sampling policy vs reference) into the per-token reward
+(Hu et al. 2025, eq. 9). Values set in a run's config take precedence
 over these defaults; that choice belongs to the trainer.
 """
 
@@ -48,8 +50,9 @@ class AlgorithmSpec:
         needs_critic: trains a value head (then `value_loss` names its loss).
         normalize_std: grpo: divide by the group std.
         drop_threshold: loop: drop rollouts with |A| below this (0 = keep all).
-        gamma: discount per action token (gae, reinforce++).
+        gamma: discount per action token (gae, reinforce++), per turn (gigpo).
         lam: GAE λ (gae).
+        step_weight: gigpo: weight ω of the step-level advantage.
         whiten: gae: normalise advantages over the batch's action tokens.
         kl_coef: β of the KL-to-reference term; 0 means no reference model at all.
         kl_estimator: key of `KL` used to estimate the per-token KL.
@@ -74,6 +77,7 @@ class AlgorithmSpec:
     drop_threshold: float = 0.0
     gamma: float = 1.0
     lam: float = 1.0
+    step_weight: float = 1.0
     whiten: bool = False
     kl_coef: float = 1e-3
     kl_estimator: str = "k3"
@@ -147,6 +151,8 @@ def _setting_keywords(function: Callable) -> tuple[str, ...]:
 
 
 ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType({spec.name: spec for spec in (
+    AlgorithmSpec("gigpo", "gigpo", "GiGPO: GRPO plus step-level groups of turns from the same state "
+                  "(Feng et al. 2025)", normalize_std=True, gamma=0.95),
     AlgorithmSpec("grpo", "grpo", "GRPO: group-normalised outcome advantages, no critic (Shao et al. 2024)",
                   normalize_std=True),
     AlgorithmSpec("loop", "loop", "LOOP: leave-one-out PPO, no critic, no KL (Chen et al. 2025)",
@@ -167,7 +173,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 def algorithm_names() -> list[str]:
     """Names of the RL algorithms, for the CLI (`agentgym-rl algos`, `algo.name`).
 
-    These are the keys of `ALGORITHMS` (grpo, loop, ppo, reinforce++, rloo), not of
+    These are the keys of `ALGORITHMS` (gigpo, grpo, loop, ppo, reinforce++, rloo), not of
     `ADVANTAGE`: an algorithm names its advantage estimator, and ppo's is "gae".
     """
     return sorted(ALGORITHMS)

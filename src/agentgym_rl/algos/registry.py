@@ -23,7 +23,7 @@ Calling convention, checked by `register_advantage` when a function is registere
   ``adv, metrics = ADVANTAGE["grpo"](rewards, group_ids)`` keeps working — that also
   carries ``.returns`` ((B, T) value targets, or None) and ``.keep`` ((B,) bool rows
   the trainer should train on). ``advantages`` is (B,) for trajectory-level
-  estimators (grpo, rloo, loop) and (B, T) for token-level ones (gae, reinforce++);
+  estimators (grpo, rloo, loop) and (B, T) for token-level ones (gae, reinforce++, gigpo);
   ``AdvantageOutput.token_advantages(mask)`` gives the (B, T) form in both cases.
   Outputs are detached.
 
@@ -37,6 +37,8 @@ Batch fields (B trajectories, T token positions):
     values         (B, T) float  critic value V(s_t) at each token (read on action tokens)
     kl             (B, T) float  per-token KL estimate log π_old − log π_ref (or k2/k3)
                                  on action tokens, for a KL penalty folded into the reward
+    state_ids      (B, T) int    id of the environment state each token's turn was taken
+                                 from (`info["state_key"]`), -1 where there is none
 
 `advantage_inputs(name)` lists what an estimator takes; `compute_advantages(name,
 fields, **hparams)` picks those fields out of a dict of batch tensors and calls it.
@@ -70,7 +72,7 @@ LOSS: dict[str, LossFn] = {}
 KL: dict[str, KLFn] = {}
 SCHEDULE: dict[str, Callable[..., Any]] = {}
 
-ADVANTAGE_FIELDS = ("rewards", "group_ids", "mask", "token_rewards", "values", "kl")
+ADVANTAGE_FIELDS = ("rewards", "group_ids", "mask", "token_rewards", "values", "kl", "state_ids")
 """Names a batch tensor may have when passed to an advantage estimator (see above)."""
 
 F = TypeVar("F", bound=Callable[..., Any])

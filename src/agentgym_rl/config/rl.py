@@ -19,7 +19,7 @@ class AlgoConfig:
     algorithm's own default (`agentgym_rl.algos.presets`)."""
 
     name: str = "grpo"
-    """grpo, ppo, reinforce++, rloo or loop (`agentgym-rl algos`)."""
+    """gigpo, grpo, loop, ppo, reinforce++ or rloo (`agentgym-rl algos`)."""
     tasks_per_step: Positive = 8
     """Distinct tasks per RL step."""
     group_size: Positive = 8
@@ -40,9 +40,11 @@ class AlgoConfig:
     drop_threshold: NonNegativeFloat | None = None
     """loop: drop rollouts whose |advantage| is below this."""
     gamma: Annotated[float, Field(ge=0, le=1)] | None = None
-    """Discount per action token (ppo's GAE, reinforce++)."""
+    """Discount per action token (ppo's GAE, reinforce++), per turn (gigpo)."""
     lam: Annotated[float, Field(ge=0, le=1)] | None = None
     """GAE's λ (ppo)."""
+    step_weight: NonNegativeFloat | None = None
+    """gigpo: weight ω of the step-level advantage (turns from the same state compared)."""
     whiten: bool | None = None
     """ppo: normalise the advantages over the batch's action tokens."""
     kl_coef: NonNegativeFloat | None = None

@@ -24,7 +24,9 @@ class TextEnv(ABC):
     Subclasses set `env_id` and implement `reset`, `step` and (when they hold resources)
     `close`. `info` dicts always carry `item_id` and, from `step`, `success` (bool) and
     `invalid_action` (bool: the action was not understood or not possible; the observation
-    says why and the turn still counts).
+    says why and the turn still counts). An environment that can name its true state adds
+    `state_key` (str) to every info, reset's included: equal keys within one item mean the same
+    state (GiGPO compares the turns taken from one state); its `EnvSpec` sets `state_keys`.
     """
 
     env_id: str = ""

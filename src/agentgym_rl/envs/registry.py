@@ -41,6 +41,8 @@ class EnvSpec:
             BabyAI's colors permuted); the warm-up trains on such copies (`warmup.augment`).
         requires: what the user must provide before it can run (a server, data), if anything;
             such environments are left out of what runs by default (`bench-agent`).
+        state_keys: its infos carry `state_key`, naming the true state (`TextEnv`); GiGPO's
+            step level needs it, and falls back to the episode level without.
     """
 
     env_id: str
@@ -53,6 +55,7 @@ class EnvSpec:
     pure_python: bool = False
     augment_entry_point: str | None = None
     requires: str | None = None
+    state_keys: bool = False
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -252,6 +255,7 @@ register(
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.babyai.augment:permute_colors",
+        state_keys=True,
     )
 )
 
@@ -264,6 +268,7 @@ register(
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.textcraft.augment:rename_items",
+        state_keys=True,
     )
 )
 

@@ -40,6 +40,8 @@ class _Episode:
     reply_start: int = 0
     """Where the last reply's ids start in `record.input_ids`."""
     reply_ids: list[int] = field(default_factory=list)
+    state_key: str = ""
+    """The environment's `info["state_key"]` of the state the next action is taken from."""
 
 
 class RolloutEngine:
@@ -147,9 +149,10 @@ class RolloutEngine:
         episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
         try:
             episode.env = self._take_env()
-            observation, _ = episode.env.reset(task.index, seed=seed)
+            observation, info = episode.env.reset(task.index, seed=seed)
         except Exception as error:  # noqa: BLE001 — failures are data
             return self._fail(episode, error)
+        episode.state_key = str(info.get("state_key") or "")
         if self.config.system_prompt and episode.env.instruction:
             record.messages.append({"role": "system", "content": episode.env.instruction})
         record.messages.append({"role": "user", "content": observation})
@@ -222,6 +225,8 @@ class RolloutEngine:
                 record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, decode,
                                                              policy.encoder.encode_text, actions))
         record.turn_rewards.append(float(reward))
+        record.state_keys.append(episode.state_key)
+        episode.state_key = str(info.get("state_key") or "")
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated
         record.truncated = truncated or (not terminated and record.turns >= max_turns)

@@ -37,6 +37,8 @@ class Trajectory:
             `RolloutConfig.locate_wrong_tokens`).
         right_tokens: for each of `wrong_tokens`, the token ids that would have continued a
             listed action there (`envs.parsing.right_next_tokens`; may be empty).
+        state_keys: one per turn, the environment's name for the state its action was taken from
+            (`info["state_key"]` of the reset or the step before), "" when it gives none.
         error: why the episode failed to run (an exception in the env), else None.
     """
 
@@ -56,6 +58,7 @@ class Trajectory:
     invalid_turns: list[int] = field(default_factory=list)
     wrong_tokens: list[int] = field(default_factory=list)
     right_tokens: list[list[int]] = field(default_factory=list)
+    state_keys: list[str] = field(default_factory=list)
     error: str | None = None
 
     @property

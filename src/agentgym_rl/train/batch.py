@@ -8,6 +8,7 @@ from typing import Iterator
 
 import torch
 
+from ..algos import turn_ids_from_mask
 from ..rollout.trajectory import Trajectory
 
 
@@ -132,3 +133,26 @@ def micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,
         rows += groups[g]
     if rows:
         yield rows, batch.select(rows)
+
+
+def turn_state_ids(trajectories: list[Trajectory], mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) long: on each action token, an id of the state its turn was taken from
+    (`Trajectory.state_keys`), equal ids for equal keys across the batch; -1 off the mask and
+    on turns without a key. Turn k of a row is its k-th run of action tokens (GiGPO's
+    ``state_ids`` field).
+
+    Args:
+        trajectories: the B rows of `mask`.
+        mask: (B, T) 0/1 action mask, as collated from them.
+    """
+    if len(trajectories) != mask.shape[0]:
+        raise ValueError(f"{len(trajectories)} trajectories for a mask of {mask.shape[0]} rows")
+    ids: dict[str, int] = {}
+    turns = turn_ids_from_mask(mask)
+    out = torch.full_like(turns, -1)
+    for row, t in enumerate(trajectories):
+        per_turn = torch.tensor([ids.setdefault(key, len(ids)) if key else -1 for key in t.state_keys] + [-1],
+                                dtype=torch.long)
+        # A turn past the recorded keys (none recorded) reads the trailing -1.
+        out[row] = torch.where(turns[row] >= 0, per_turn[turns[row].clamp(0, len(t.state_keys))], out[row])
+    return out

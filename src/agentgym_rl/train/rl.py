@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algos import (KL, LOSS, HorizonSchedule, compute_advantages, discredit_turns, entropy_loss, kl_loss,
+from ..algos import (KL, LOSS, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, entropy_loss, kl_loss,
                      make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens, right_token_loss,
                      truncated_is_weights)
 from ..config import RLConfig, load_yaml, to_dict
@@ -28,7 +28,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
-from .batch import TokenBatch, collate
+from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
 from .session import Session, Trainer
 
@@ -129,6 +129,9 @@ class RLTrainer(Trainer):
                                                  horizon=config.algo.kl_horizon if adaptive else None)
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
+        if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] and not registry.spec(config.env.id).state_keys:
+            self.log(f"warning: {config.env.id} names no states (info['state_key']), so {config.algo.name}'s "
+                     "step-level advantage is 0 and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._gap, self._gap_in_loss = LogprobGap(), False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
@@ -394,6 +397,8 @@ class RLTrainer(Trainer):
         rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
         fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
                   "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
+        if "state_ids" in advantage_inputs(spec.advantage)[1]:
+            fields["state_ids"] = turn_state_ids(rows, mask)
         hparams = spec.advantage_kwargs()
         if spec.kl_in_reward:
             hparams["kl_coef"] = beta

@@ -10,6 +10,7 @@ or failed in strict levels) and is truncated when minigrid's `max_steps` run out
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import random
 import threading
@@ -22,6 +23,7 @@ import numpy as np
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..parsing import extract_action
 from .actions import execute, parse_action
+from .expert import pose, state_key
 from .levels import NUM_TEST, NUM_ITEMS, item_level
 from .render import available_actions, describe, mark_seen, observe
 
@@ -108,7 +110,7 @@ class BabyAIEnv(TextEnv):
             "category": level.category,
             "mission": self._mg.mission,
         }
-        return describe(observe(self._mg), self.list_actions), dict(self._info)
+        return describe(observe(self._mg), self.list_actions), {**self._info, "state_key": self.state_key()}
 
     def step(self, action: str) -> StepResult:
         if self._mg is None:
@@ -135,8 +137,16 @@ class BabyAIEnv(TextEnv):
             "success": success,
             "invalid_action": outcome.error is not None,
             "primitive_steps": len(outcome.primitives),
+            "state_key": self.state_key(),
         }
         return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info
+
+    def state_key(self) -> str:
+        """A digest of the true state: the objects, doors, what is carried, the mission's progress
+        and the agent's pose (`expert.state_key`, `expert.pose`); equal digests in one level mean
+        the same state, whatever the partial view showed (GiGPO's step groups)."""
+        whole = repr((state_key(self._mg), pose(self._mg)))
+        return hashlib.blake2b(whole.encode(), digest_size=8).hexdigest()
 
     def available_actions(self) -> list[str] | None:
         if self._mg is None:

@@ -109,7 +109,7 @@ class TextCraftEnv(TextEnv):
             "category": f"depth {depth}",
         }
         observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(self._commands), display(goal))
-        return observation, dict(self._info)
+        return observation, {**self._info, "state_key": self.state_key()}
 
     def step(self, action: str) -> StepResult:
         if self._goal is None:
@@ -119,8 +119,14 @@ class TextCraftEnv(TextEnv):
         outcome = execute(self.book, self._inventory, extract_action(action or ""))
         success = outcome.crafted == self._goal
         self._done = success
-        info = {**self._info, "success": success, "invalid_action": outcome.invalid}
+        info = {**self._info, "success": success, "invalid_action": outcome.invalid, "state_key": self.state_key()}
         return outcome.observation, float(success), success, False, info
+
+    def state_key(self) -> str:
+        """The true state as text: the inventory, item by item (the goal and the commands are the
+        item's own). The step observation shows only what an action did, not the inventory, so
+        equal observations need not be equal states (GiGPO's step groups)."""
+        return ", ".join(f"{count} {item}" for item, count in sorted(self._inventory.items()) if count) or "empty"
 
     def expert_action(self) -> str | None:
         """The next step of a crafting plan from the current inventory (`expert.TextCraftExpert`)."""

@@ -41,6 +41,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
        for k in ("input_ids", "loss_mask", "invalid_turns", "wrong_tokens")},
     **{k: ("a list of numbers", lambda v: isinstance(v, list) and all(map(_is_number, v)))
        for k in ("logprobs", "turn_rewards")},
+    "state_keys": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
     "right_tokens": ("a list of lists of integers",
                      lambda v: isinstance(v, list) and all(isinstance(x, list) and all(map(_is_int, x)) for x in v)),
     "reward": ("a number", _is_number),
