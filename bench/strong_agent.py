@@ -18,6 +18,16 @@ A study file names a recipe, the seeds and its arms (overrides put on the recipe
       recipe: []                   # warm-up then RL, as the recipe says
       imitation: [train.steps=1, warmup.epochs=5]   # imitation alone in about the same time
 
+Arms that should differ only in RL share one warm-up per seed: `warmup_from: ARM` names the
+arm that runs first (warm-up then RL, as the recipe says), and `{warmup}` in another arm's
+overrides becomes that arm's `warmup_model/` for the same seed, e.g.
+
+    warmup_from: grpo
+    versus: imitation              # the arm the others are set against (default: the first)
+    arms:
+      grpo: []
+      gigpo: ["model.path={warmup}", warmup.episodes=0, algo.name=gigpo]
+
 Each run is `agentgym-rl train` under `/usr/bin/time -v` (wall time, peak memory); "after the
 warm-up" is its validation at step 0, "final" its last validation (greedy, the recipe's `eval`).
 A run folder that already has its report is not run again, so a study can be resumed.
@@ -177,10 +187,11 @@ def table(reports: dict[str, list[dict]], pass_k: int, listed: bool = False) -> 
     return "\n".join(lines)
 
 
-def versus_table(reports: dict[str, list[dict]]) -> str:
-    """Markdown: each arm's final success against the first arm's, paired over the items and
-    seeds both ran (e.g. imitation alone against warm-up then RL); "" with one arm."""
-    (first, baseline), *others = reports.items()
+def versus_table(reports: dict[str, list[dict]], versus: str | None = None) -> str:
+    """Markdown: each arm's final success against arm `versus`'s (default: the first arm's), paired
+    over the items and seeds both ran (e.g. imitation alone against warm-up then RL); "" with one arm."""
+    first = versus if versus in reports else next(iter(reports))
+    baseline, others = reports[first], [(arm, runs) for arm, runs in reports.items() if arm != first]
     by_seed = {r["seed"]: r for r in baseline}
     lines = [f"| arm | seed | final | {first}'s final | {first} − arm (gained / lost, paired SE) | "
              f"wall: arm, {first} |", "|---|---|---|---|---|---|"]
@@ -291,6 +302,22 @@ def curves(reports: dict[str, list[dict]], out: Path, window: int = 3) -> Path |
     return path
 
 
+def plan(study: dict, seeds: list[int], out: Path, only: list[str] | None = None,
+         extra: list[str] = ()) -> list[tuple[str, int, list[str]]]:
+    """The runs of a study in order, as (arm, seed, overrides): arm by arm, `extra` put on each;
+    with `warmup_from`, that arm first (also when `only` leaves it out: the others need its
+    warm-ups) and `{warmup}` replaced by its run's warmup_model for the same seed."""
+    arms = {name: [*(overrides or []), *extra] for name, overrides in study["arms"].items()
+            if not only or name in only}
+    shared = study.get("warmup_from")
+    if shared is not None:
+        if shared not in study["arms"]:
+            raise SystemExit(f"warmup_from: {shared!r} is not one of the arms ({', '.join(study['arms'])})")
+        arms = {shared: arms.pop(shared, [*(study["arms"][shared] or []), *extra]), **arms}
+    return [(arm, seed, [o.replace("{warmup}", str(out / f"{shared}_s{seed}" / "warmup_model")) for o in overrides])
+            for arm, overrides in arms.items() for seed in seeds]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="the study YAML (config, seeds, arms)")
@@ -309,16 +336,13 @@ def main() -> None:
     listed = args.listed_actions_only if args.listed_actions_only is not None else \
         bool(study.get("listed_actions_only", False))
     out = Path(args.out or f"runs/study_{Path(args.study).stem}").resolve()
-    arms = {name: [*(overrides or []), *args.set] for name, overrides in study["arms"].items()
-            if not args.arms or name in args.arms}
     reports: dict[str, list[dict]] = {}
-    for arm, overrides in arms.items():
-        for seed in seeds:
-            report = run_one(study["config"], overrides, seed, f"{arm}_s{seed}", out, pass_k, listed)
-            reports.setdefault(arm, []).append(report)
-            print(f"{arm} seed {seed}: {100 * report['warmup_success']:.1f}% -> {100 * report['final_success']:.1f}% "
-                  f"in {report['wall_s'] / 60:.1f} min", flush=True)
-    text = "\n\n".join(part for part in (table(reports, pass_k, listed), versus_table(reports),
+    for arm, seed, overrides in plan(study, seeds, out, args.arms, args.set):
+        report = run_one(study["config"], overrides, seed, f"{arm}_s{seed}", out, pass_k, listed)
+        reports.setdefault(arm, []).append(report)
+        print(f"{arm} seed {seed}: {100 * report['warmup_success']:.1f}% -> {100 * report['final_success']:.1f}% "
+              f"in {report['wall_s'] / 60:.1f} min", flush=True)
+    text = "\n\n".join(part for part in (table(reports, pass_k, listed), versus_table(reports, study.get("versus")),
                                           category_table(reports, pass_k)) if part)
     (out / "study.md").write_text(text + "\n")
     print(text)

@@ -71,3 +71,18 @@ def test_a_finished_run_gets_only_the_evaluations_it_lacks(study, tmp_path):
     report = study._complete({"final_listed": 0.7}, run_dir, tmp_path, pass_k=4, listed=True)
     assert report == {"final_listed": 0.7, "categories": {"a": "X", "b": "Y"}, "avg_at_4": 0.5, "pass_at_4": 0.75,
                       "avg_at_4_by_category": {"X": 0.5}, "pass_at_4_by_category": {"X": 0.75}}
+
+
+def test_arms_share_the_warm_up_of_the_arm_named_and_versus_picks_the_baseline(study, tmp_path):
+    spec = {"warmup_from": "grpo", "arms": {"imitation": ["warmup.epochs=5"], "grpo": [],
+                                            "gigpo": ["model.path={warmup}", "algo.name=gigpo"]}}
+    runs = study.plan(spec, [0, 1], tmp_path, only=["gigpo"], extra=["x=1"])
+    # The shared arm runs first for every seed even when not asked for: the others start from it.
+    assert [(arm, seed) for arm, seed, _ in runs] == [("grpo", 0), ("grpo", 1), ("gigpo", 0), ("gigpo", 1)]
+    assert runs[0][2] == ["x=1"]
+    assert runs[3][2] == [f"model.path={tmp_path / 'grpo_s1' / 'warmup_model'}", "algo.name=gigpo", "x=1"]
+    with pytest.raises(SystemExit, match="warmup_from"):
+        study.plan({**spec, "warmup_from": "ppo"}, [0], tmp_path)
+    # The versus table sets every arm against the one named: imitation − recipe, the sign flipped.
+    flipped = study.versus_table(REPORTS, versus="imitation")
+    assert "| recipe | 0 | 75.0% | 50.0% | -25.0 (0 / 1, 25.0) |" in flipped
