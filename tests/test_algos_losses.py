@@ -183,14 +183,14 @@ def test_value_clip_loss_hand_example():
     old = torch.tensor([[0.5, 0.5, 0.5, float("inf")]])
     returns = torch.tensor([[2.0, 1.0, 0.0, 3.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
-    loss, metrics = value_clip_loss(values, old, returns, mask, clip_eps=0.2)
+    loss, metrics = value_clip_loss(values, old, returns, mask, value_clip_eps=0.2)
     loss.backward()
     assert loss.item() == pytest.approx(0.49)
     assert values.grad[0].tolist() == pytest.approx([0.0, -1 / 3, 1 / 6, 0.0])
     assert metrics["value_clip_fraction"] == pytest.approx(1 / 3)
     assert metrics["value_mse"] == pytest.approx((1 + 1 + 0.25) / 3)
     # Unclipped: ½·(1 + 1 + 0.25) / 3 = 0.375.
-    loss, _ = value_clip_loss(values, old, returns, mask, clip_eps=None)
+    loss, _ = value_clip_loss(values, old, returns, mask, value_clip_eps=None)
     assert loss.item() == pytest.approx(0.375)
     assert LOSS["value_clip"] is value_clip_loss
 
@@ -204,7 +204,7 @@ def test_value_loss_empty_mask_and_validation():
     with pytest.raises(ValueError):
         value_clip_loss(values, torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 2))
     with pytest.raises(ValueError):
-        value_clip_loss(values, torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), clip_eps=0.0)
+        value_clip_loss(values, torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), value_clip_eps=0.0)
 
 
 # ------------------------------------------------------------------------------- entropy

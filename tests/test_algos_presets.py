@@ -23,6 +23,7 @@ from agentgym_rl.algos import (
     kl_loss,
     kl_penalty,
     make_kl_controller,
+    rl_objective,
     token_level_rewards,
 )
 
@@ -70,9 +71,9 @@ def test_advantage_kwargs():
 
 
 def test_the_policy_loss_gets_the_recipes_settings_by_name():
-    assert get_algorithm("grpo").policy_loss_kwargs() == {
+    assert get_algorithm("grpo").settings_for(LOSS["ppo_clip"]) == {
         "clip_eps": 0.2, "clip_eps_high": None, "aggregation": "token-mean", "ratio_level": "token"}
-    assert get_algorithm("loop").policy_loss_kwargs() == {
+    assert get_algorithm("loop").settings_for(LOSS["ppo_clip"]) == {
         "clip_eps": 0.1, "clip_eps_high": None, "aggregation": "seq-mean-token-mean", "ratio_level": "token"}
 
 
@@ -81,9 +82,9 @@ def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
 
     spec = AlgoConfig(name="loop", clip_eps_high=0.28, gamma=0.9).spec()
     assert (spec.clip_eps, spec.clip_eps_high, spec.gamma, spec.epochs) == (0.1, 0.28, 0.9, 2)
-    assert spec.policy_loss_kwargs()["clip_eps_high"] == 0.28
+    assert spec.settings_for(LOSS["ppo_clip"])["clip_eps_high"] == 0.28
     assert AlgoConfig(name="loop").spec() == get_algorithm("loop")  # nothing set: the recipe as it is
-    with pytest.raises(ValueError, match="clip_eps_high > 0"):
+    with pytest.raises(ValueError, match="clip_eps_high must be > 0, got 0.0"):
         dataclasses.replace(get_algorithm("grpo"), clip_eps_high=0.0)
     # TIS compares the learner's scoring with the generator's: without the former it is a no-op.
     with pytest.raises(ValueError, match="tis_cap needs recompute_old_logprobs"):
@@ -133,20 +134,15 @@ def test_each_algorithm_runs_on_a_multi_turn_batch(name):
         fields["token_rewards"] = token_level_rewards(rewards, mask)
     out = compute_advantages(spec.advantage, fields, **spec.advantage_kwargs())
     keep = out.keep
-    token_adv = out.token_advantages(mask)[keep]
-    loss, metrics = LOSS[spec.policy_loss](logprobs[keep], old[keep], token_adv, mask[keep], clip_eps=spec.clip_eps,
-                                           aggregation=spec.aggregation, ratio_level=spec.ratio_level)
-    if spec.kl_coef > 0 and not spec.kl_in_reward:
-        loss = loss + spec.kl_coef * kl_loss(logprobs[keep], ref[keep], mask[keep], spec.kl_estimator)
+    values = fields["values"].clone().requires_grad_(True)
+    inputs = {"logprobs": logprobs[keep], "old_logprobs": old[keep], "advantages": out.token_advantages(mask)[keep],
+              "mask": mask[keep], "ref_logprobs": ref[keep], "entropy": torch.rand(6, 7, generator=g)[keep]}
     if spec.needs_critic:
-        values = fields["values"].clone().requires_grad_(True)
-        value_loss, _ = LOSS[spec.value_loss](values, fields["values"], out.returns, mask,
-                                              clip_eps=spec.value_clip_eps)
-        value_loss.backward()
-        assert torch.isfinite(values.grad).all()
-    loss = loss + 1e-3 * entropy_loss(mask, entropy=torch.rand(6, 7, generator=g))[0]
+        inputs.update(values=values[keep], old_values=fields["values"][keep], returns=out.returns[keep])
+    loss, metrics = rl_objective(dataclasses.replace(spec, entropy_coef=1e-3), inputs)
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(logprobs.grad).all()
+    assert not spec.needs_critic or torch.isfinite(values.grad).all()
     assert all(math.isfinite(v) for v in {**out.metrics, **metrics}.values())
     assert (logprobs.grad[mask == 0] == 0).all()
     if name == "loop":  # group 1 (rewards 1, 1) and the singleton group 2 have A = 0: dropped

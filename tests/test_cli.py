@@ -61,6 +61,10 @@ def cli(*args: str) -> tuple[int, str, str]:
 def test_envs_and_algos_list_one_name_per_line():
     assert "babyai" in run("envs").stdout.split("\n")
     assert "grpo" in run("algos").stdout.split("\n")
+    # With --settings, each algorithm's values of the algo.* keys a config leaves null, as YAML.
+    lines = run("algos", "--settings").stdout.splitlines()
+    loop = lines[lines.index(next(line for line in lines if line.startswith("loop: "))):]
+    assert "  algo.clip_eps: 0.1" in loop and "  algo.normalize_std: false" in loop and "  algo.tis_cap: null" in loop
 
 
 def test_a_user_mistake_ends_the_process_with_one_line_and_exit_code_2():

@@ -264,7 +264,7 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
 
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):
     """The trainer hands the policy loss the recipe's settings with the run's overrides
-    (`AlgorithmSpec.policy_loss_kwargs`): clip-higher set in the config arrives as ε_high."""
+    (`algos.rl_objective`, by its keywords): clip-higher set in the config arrives as ε_high."""
     from agentgym_rl.algos import LOSS
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory

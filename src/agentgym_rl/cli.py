@@ -40,12 +40,20 @@ def envs() -> None:
 
 
 @app.command()
-def algos() -> None:
+def algos(settings: bool = typer.Option(False, "--settings", help="Also print each algorithm's settings: the "
+                                        "values its `algo.*` keys take when a config leaves them null.")) -> None:
     """List RL algorithm names, one per line."""
-    from .algos import algorithm_names
+    from .algos import SETTING_DOCS, algorithm_names, get_algorithm
 
     for name in algorithm_names():
-        typer.echo(name)
+        if not settings:
+            typer.echo(name)
+            continue
+        spec = get_algorithm(name)
+        typer.echo(f"{name}: {spec.summary}")
+        for key in SETTING_DOCS:
+            value = getattr(spec, key)  # as YAML writes it
+            typer.echo(f"  algo.{key}: {'null' if value is None else str(value).lower() if isinstance(value, bool) else value}")
 
 
 models_app = typer.Typer(no_args_is_help=True, help="Pretrained models by name: list them, prepare one.")

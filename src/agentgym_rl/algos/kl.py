@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .masked import as_bool_mask, masked_mean
-from .registry import KL, lookup, register_kl
+from .registry import KL, Metrics, lookup, register_kl, register_loss
 
 # A token whose policy/reference log-ratio exceeds 20 nats is a pathology (or padding
 # with −inf logprobs) whose exp would overflow to inf and turn the loss into NaN.
@@ -83,6 +83,13 @@ def kl_loss(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kind: str = "k
     policy = torch.where(m, logprobs, torch.zeros_like(logprobs))
     ref = torch.where(m, ref_logprobs.detach(), torch.zeros_like(ref_logprobs))
     return masked_mean(kl_penalty(policy, ref, kind), m)
+
+
+@register_loss("kl")
+def kl_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, *, kl_estimator: str = "k3") -> tuple[Tensor, Metrics]:
+    """`kl_loss` as a loss term of the objective (`algos.objective`): (loss, {"kl": its value})."""
+    loss = kl_loss(logprobs, ref_logprobs, mask, kind=kl_estimator)
+    return loss, {"kl": loss.item()}
 
 
 def kl_reward_penalty(kl: Tensor, mask: Tensor, coef: float) -> Tensor:

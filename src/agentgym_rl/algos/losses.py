@@ -230,7 +230,7 @@ def value_clip_loss(
     returns: Tensor,
     mask: Tensor,
     *,
-    clip_eps: float | None = 0.2,
+    value_clip_eps: float | None = 0.2,
     aggregation: str = "token-mean",
 ) -> tuple[Tensor, Metrics]:
     """Clipped value loss of PPO implementations (Schulman et al. 2017's baselines code;
@@ -241,14 +241,14 @@ def value_clip_loss(
 
     where R are the returns (e.g. `gae_advantages(...).returns`). The pessimistic max
     stops the value head from moving more than ε from the rollout-time values on tokens
-    where moving further would be rewarded. `clip_eps=None` gives the plain ½(V − R)².
+    where moving further would be rewarded. `value_clip_eps=None` gives the plain ½(V − R)².
 
     Args:
         values: (B, T) current value predictions, with gradient.
         old_values: (B, T) values at rollout time (constants).
         returns: (B, T) targets (constants).
         mask: (B, T) 0/1 or bool action mask.
-        clip_eps: ε > 0 (in the reward's units), or None for no clipping.
+        value_clip_eps: ε > 0 (in the reward's units), or None for no clipping.
         aggregation: one of `masked.AGGREGATIONS`.
 
     Returns:
@@ -260,19 +260,19 @@ def value_clip_loss(
     for name, t in (("old_values", old_values), ("returns", returns), ("mask", mask)):
         if t.shape != shape:
             raise ValueError(f"{name} shape {tuple(t.shape)} != values shape {tuple(shape)}")
-    if clip_eps is not None and clip_eps <= 0:
-        raise ValueError(f"clip_eps must be positive or None, got {clip_eps}")
+    if value_clip_eps is not None and value_clip_eps <= 0:
+        raise ValueError(f"value_clip_eps must be positive or None, got {value_clip_eps}")
     m = as_bool_mask(mask)
     zeros = torch.zeros_like(values)
     v = torch.where(m, values, zeros)
     old = torch.where(m, old_values.detach(), zeros)
     target = torch.where(m, returns.detach(), zeros)
     unclipped = (v - target) ** 2
-    if clip_eps is None:
+    if value_clip_eps is None:
         per_token = 0.5 * unclipped
         clipped = unclipped
     else:
-        v_clipped = old + torch.clamp(v - old, -clip_eps, clip_eps)
+        v_clipped = old + torch.clamp(v - old, -value_clip_eps, value_clip_eps)
         clipped = (v_clipped - target) ** 2
         per_token = 0.5 * torch.maximum(unclipped, clipped)
     loss = aggregate_loss(per_token, m, aggregation)

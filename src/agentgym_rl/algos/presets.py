@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
@@ -39,62 +39,102 @@ from .masked import AGGREGATIONS
 from .registry import ADVANTAGE, KL, LOSS, advantage_inputs, lookup
 
 
+def setting(default: Any, doc: str, **bounds: float) -> Any:
+    """A recipe field that is a hyper-parameter: a run's `algo` section may set it by the same
+    name (`config.AlgoConfig` is generated from these), and each estimator or loss keyword of
+    that name receives it. `doc` says what it does (the config's help); `bounds` (gt, ge, le)
+    are checked for every recipe and every config."""
+    unknown = set(bounds) - set(_BOUNDS)
+    if unknown:
+        raise TypeError(f"unknown bound(s) {', '.join(sorted(unknown))}; use {', '.join(_BOUNDS)}")
+    return field(default=default, metadata={"doc": doc, "bounds": bounds})
+
+
+_BOUNDS: dict[str, tuple[Callable[[float, float], bool], str]] = {
+    "gt": (lambda value, bound: value > bound, ">"),
+    "ge": (lambda value, bound: value >= bound, ">="),
+    "le": (lambda value, bound: value <= bound, "<="),
+}
+
+
 @dataclass(frozen=True)
 class AlgorithmSpec:
     """One RL algorithm: which pieces it uses and their default hyper-parameters.
+
+    The fields made with `setting` are the hyper-parameters, each declared only here (its
+    default, bounds and description): a run's `algo` section overrides them by name, and every
+    estimator (`advantage_kwargs`) and loss term (`algos.objective`) receives the ones its
+    keywords name. The others say which pieces the recipe is made of.
 
     Attributes:
         name: the name users type (`--algo`, ``algo.name``).
         advantage: key of `ADVANTAGE`.
         summary: one line for help texts.
         needs_critic: trains a value head (then `value_loss` names its loss).
-        normalize_std: grpo: divide by the group std.
-        drop_threshold: loop: drop rollouts with |A| below this (0 = keep all).
-        gamma: discount per action token (gae, reinforce++), per turn (gigpo).
-        lam: GAE λ (gae).
-        step_weight: gigpo: weight ω of the step-level advantage.
-        whiten: gae: normalise advantages over the batch's action tokens.
-        kl_coef: β of the KL-to-reference term; 0 means no reference model at all.
-        kl_estimator: key of `KL` used to estimate the per-token KL.
         kl_in_reward: True: −β·KL is folded into the per-token reward (reinforce++; the
-            estimator receives the ``kl`` field and ``kl_coef``); False: β·`kl_loss` is
-            added to the loss.
+            estimator receives the ``kl`` field and ``kl_coef``); False: β·KL is a loss term.
         policy_loss: key of `LOSS` for the policy.
-        ratio_level: importance-ratio level of the policy loss (`losses.RATIO_LEVELS`).
-        clip_eps: PPO clip range ε.
-        clip_eps_high: upper clip range ("clip-higher", DAPO); None: ε.
-        aggregation: token → scalar loss reduction (`masked.AGGREGATIONS`).
-        epochs: passes over each batch of rollouts.
         value_loss: key of `LOSS` for the critic, or None.
-        value_clip_eps: ε of the clipped value loss (None: unclipped).
     """
 
     name: str
     advantage: str
     summary: str
     needs_critic: bool = False
-    normalize_std: bool = False
-    drop_threshold: float = 0.0
-    gamma: float = 1.0
-    lam: float = 1.0
-    step_weight: float = 1.0
-    whiten: bool = False
-    kl_coef: float = 1e-3
-    kl_estimator: str = "k3"
     kl_in_reward: bool = False
     policy_loss: str = "ppo_clip"
-    ratio_level: str = "token"
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    aggregation: str = "token-mean"
-    epochs: int = 1
     value_loss: str | None = None
-    value_clip_eps: float | None = None
+    # -- hyper-parameters of the advantage
+    normalize_std: bool = setting(False, "grpo, gigpo: divide by the group's standard deviation.")
+    drop_threshold: float = setting(0.0, "loop: drop rollouts whose |advantage| is below this (0: keep all).", ge=0)
+    gamma: float = setting(1.0, "Discount per action token (ppo's GAE, reinforce++), per turn (gigpo).", ge=0, le=1)
+    lam: float = setting(1.0, "GAE's λ (ppo).", ge=0, le=1)
+    step_weight: float = setting(1.0, "gigpo: weight ω of the step-level advantage (turns taken from the same "
+                                      "environment state compared by their discounted return).", ge=0)
+    whiten: bool = setting(False, "ppo: normalise the advantages over the batch's action tokens.")
+    invalid_turn_penalty: float | None = setting(
+        None, "null: every turn shares its trajectory's advantage A. A number p >= 0: a turn whose action the "
+        "environment rejected gets min(A, 0) instead (such an action changed nothing, so a good outcome cannot "
+        "credit it) from the token where its action first left every available action, and that token gets a "
+        "further -p (`algos.discredit_turns`, `algos.penalize_tokens`).", ge=0)
+    # -- hyper-parameters of the loss terms (`algos.objective`)
+    clip_eps: float = setting(0.2, "PPO's clip range ε of the importance ratio.", gt=0)
+    clip_eps_high: float | None = setting(
+        None, "Upper clip range ε_high (\"clip-higher\", DAPO: e.g. 0.28 with ε = 0.2): a token whose advantage is "
+        "positive may raise its ratio up to 1 + ε_high, so rare tokens that paid off can grow. null: ε.", gt=0)
+    ratio_level: str = setting("token", "Importance ratio per \"token\", \"turn\" or \"trajectory\" (LOOP's "
+                                        "ablation).")
+    aggregation: str = setting("token-mean", "How token losses become one: token-mean, seq-mean-token-mean or "
+                                             "seq-mean-token-sum.")
+    tis_cap: float | None = setting(
+        None, "Truncated importance sampling (`algos.truncated_is_weights`): weight each token's policy term by "
+        "min(π_learner/π_generator, tis_cap), correcting for a generator that is not the learner (vLLM, bfloat16, "
+        "another thread count; `rollout/logprob_gap_*` shows the gap). Needs recompute_old_logprobs. null: off; 2 is "
+        "a common cap.", gt=0)
+    kl_coef: float = setting(1e-3, "Weight β of the KL to the reference policy (0: no reference is kept).", ge=0)
+    kl_estimator: str = setting("k3", "How the per-token KL to the reference is estimated: k1, k2 or k3 "
+                                      "(Schulman's estimators).")
+    value_coef: float = setting(0.5, "ppo: weight of the value loss.", ge=0)
+    value_clip_eps: float | None = setting(0.2, "ppo: clip range ε_v of the value loss around the rollout-time "
+                                                "values (a recipe's None: unclipped).", gt=0)
+    entropy_coef: float = setting(0.0, "Weight of the entropy bonus (0: off).", ge=0)
+    right_token_coef: float = setting(
+        0.0, "Weight of `algos.right_token_loss`: at the token where a rejected reply left every available action, "
+        "raise the total probability of the tokens that would have continued one (0: off; never at the action's "
+        "first token, `envs.parsing.right_next_tokens`). Like invalid_turn_penalty, it needs the wrong tokens "
+        "located.", ge=0)
+    epochs: int = setting(1, "Passes over each batch of rollouts.", ge=1)
 
     def __post_init__(self) -> None:
         lookup(ADVANTAGE, self.advantage, "advantage estimator")
         lookup(KL, self.kl_estimator, "KL estimator")
         lookup(LOSS, self.policy_loss, "loss")
+        for name in SPEC_FIELDS:
+            value = getattr(self, name)
+            for bound, limit in SETTING_BOUNDS[name].items():
+                holds, sign = _BOUNDS[bound]
+                if value is not None and not holds(value, limit):
+                    raise ValueError(f"{self.name}: {name} must be {sign} {limit:g}, got {value!r}")
         if self.ratio_level not in _losses.RATIO_LEVELS:
             raise ValueError(f"{self.name}: unknown ratio level {self.ratio_level!r}")
         if self.aggregation not in AGGREGATIONS:
@@ -105,14 +145,10 @@ class AlgorithmSpec:
             lookup(LOSS, self.value_loss, "loss")
         if self.kl_in_reward and "kl" not in advantage_inputs(self.advantage)[1]:
             raise ValueError(f"{self.name}: estimator {self.advantage!r} takes no kl field for a KL-in-reward")
-        if self.kl_coef < 0 or self.clip_eps <= 0 or self.epochs < 1 or self.drop_threshold < 0:
-            raise ValueError(f"{self.name}: kl_coef >= 0, clip_eps > 0, epochs >= 1, drop_threshold >= 0")
-        if self.clip_eps_high is not None and self.clip_eps_high <= 0:
-            raise ValueError(f"{self.name}: clip_eps_high > 0 (or None: the same as clip_eps)")
 
     def advantage_kwargs(self) -> dict[str, Any]:
         """Keyword hyper-parameters for ``ADVANTAGE[self.advantage]``: each keyword it
-        declares that is a field here, by name (`advantage_inputs`).
+        declares that is a setting here, by name (`advantage_inputs`).
 
         Includes ``kl_coef`` only when the KL goes into the reward; the trainer then also
         passes the per-token ``kl`` field (estimated with `kl_estimator`).
@@ -123,24 +159,27 @@ class AlgorithmSpec:
             kwargs["kl_coef"] = self.kl_coef
         return kwargs
 
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        """Keyword hyper-parameters for ``LOSS[self.policy_loss]``: each keyword it declares
-        that is a field here, by name (ppo_clip: clip_eps, clip_eps_high, aggregation,
-        ratio_level). A new hyper-parameter of the loss is a field here with the same name."""
-        return _by_signature(LOSS[self.policy_loss], self)
+    def settings_for(self, function: Callable) -> dict[str, Any]:
+        """The keyword-only parameters of `function` that are settings here, with this recipe's
+        values (ppo_clip: clip_eps, clip_eps_high, aggregation, ratio_level). A new
+        hyper-parameter of a loss is a setting here with the same name."""
+        return {name: getattr(self, name) for name in _setting_keywords(function)}
 
     def as_dict(self) -> dict[str, Any]:
         """All fields, e.g. to log the recipe a run used."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-SPEC_FIELDS = frozenset(f.name for f in fields(AlgorithmSpec)) - {"name", "advantage", "summary"}
-"""The fields of a recipe that are settings (a run's `algo` section may override those it declares)."""
+SPEC_FIELDS = frozenset(f.name for f in fields(AlgorithmSpec) if "doc" in f.metadata)
+"""The recipe's hyper-parameters (its `setting` fields): a run's `algo` section may override each."""
 
+SETTING_DOCS: Mapping[str, str] = MappingProxyType(
+    {f.name: f.metadata["doc"] for f in fields(AlgorithmSpec) if "doc" in f.metadata})
+"""What each hyper-parameter does, in declaration order (the config's descriptions)."""
 
-def _by_signature(function: Callable, spec: AlgorithmSpec) -> dict[str, Any]:
-    """The keyword-only parameters of `function` that are recipe fields, with the recipe's values."""
-    return {name: getattr(spec, name) for name in _setting_keywords(function)}
+SETTING_BOUNDS: Mapping[str, Mapping[str, float]] = MappingProxyType(
+    {f.name: MappingProxyType(f.metadata["bounds"]) for f in fields(AlgorithmSpec) if "doc" in f.metadata})
+"""Each hyper-parameter's bounds: gt, ge, le (`setting`)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -158,7 +197,7 @@ ALGORITHMS: Mapping[str, AlgorithmSpec] = MappingProxyType({spec.name: spec for 
     AlgorithmSpec("loop", "loop", "LOOP: leave-one-out PPO, no critic, no KL (Chen et al. 2025)",
                   drop_threshold=0.01, kl_coef=0.0, clip_eps=0.1, aggregation="seq-mean-token-mean", epochs=2),
     AlgorithmSpec("ppo", "gae", "PPO with a value head and GAE over action tokens (Schulman et al. 2017)",
-                  needs_critic=True, gamma=1.0, lam=0.95, whiten=True, value_loss="value_clip", value_clip_eps=0.2),
+                  needs_critic=True, gamma=1.0, lam=0.95, whiten=True, value_loss="value_clip"),
     AlgorithmSpec("reinforce++", "reinforce++", "REINFORCE++: KL-in-reward token returns, global whitening "
                   "(Hu et al. 2025)", kl_in_reward=True, kl_estimator="k1"),
     AlgorithmSpec("rloo", "rloo", "RLOO: leave-one-out baseline, no critic (Ahmadian et al. 2024)"),

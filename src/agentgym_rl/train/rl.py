@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..algos import (KL, LOSS, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, entropy_loss, kl_loss,
-                     make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens, right_token_loss,
-                     truncated_is_weights)
+from ..algos import (KL, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, make_kl_controller,
+                     masked_mean, outcome_token_rewards, penalize_tokens, rl_objective)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..errors import DISK_ERRORS, UserError
@@ -138,8 +137,8 @@ class RLTrainer(Trainer):
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)[: config.eval.episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls, config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
-        locate = (config.rollout.locate_wrong_tokens or config.algo.invalid_turn_penalty is not None
-                  or config.algo.right_token_coef > 0)
+        locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
+                  or self.algorithm.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
@@ -158,7 +157,7 @@ class RLTrainer(Trainer):
     def _setup(self, resume: bool) -> int:
         """Start the run, or reopen it at its newest readable checkpoint; returns the first step."""
         cfg = self.config
-        options = dict(value_head=self.algorithm.needs_critic, entropy=cfg.algo.entropy_coef > 0,
+        options = dict(value_head=self.algorithm.needs_critic, entropy=self.algorithm.entropy_coef > 0,
                        temperature=cfg.algo.temperature)
         start, state = 0, None
         if resume and not holds_run(self.run_dir) and not checkpoints(self.run_dir):
@@ -372,22 +371,24 @@ class RLTrainer(Trainer):
     def update(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
         """Advantages by the algorithm's estimator, then `epochs` passes of the PPO-clip loss
         (plus value, KL and entropy terms as configured) over shuffled minibatches."""
-        spec, algo = self.algorithm, self.config.algo
+        algo, beta = self.config.algo, self.kl_control.value
+        # The recipe with the β in force (an adaptive controller moves it), for the advantage
+        # (a KL in the reward) and the objective.
+        spec = self._objective_spec = dataclasses.replace(self.algorithm, kl_coef=beta)
         # An episode cut short by an environment failure has no honest outcome: it is left out
         # (its group compares the others), and counted.
         failed = sum(t.error is not None for t in trajectories)
         rows = [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
-        metrics: dict[str, float] = {"kl_coef": self.kl_control.value, "update/trajectories": 0,
+        metrics: dict[str, float] = {"kl_coef": beta, "update/trajectories": 0,
                                      "update/failed_episodes_left_out": failed}
         if not rows:
             return metrics
-        batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=algo.right_token_coef > 0)
+        batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=spec.right_token_coef > 0)
         mask = batch.loss_mask
         # The generator's logprobs against the learner's for the same tokens: measured where the
         # learner scores the rollouts anyway (recomputing old logprobs), else in the first minibatch.
         self._gap = LogprobGap()
         self._gap_in_loss = not algo.recompute_old_logprobs
-        beta = self.kl_control.value
         # Values and a KL in the reward enter the advantages: score every row first. Otherwise
         # only the rows kept for the update are scored (below), which saves a forward pass
         # over the rows of groups without signal.
@@ -399,19 +400,18 @@ class RLTrainer(Trainer):
                   "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
         if "state_ids" in advantage_inputs(spec.advantage)[1]:
             fields["state_ids"] = turn_state_ids(rows, mask)
-        hparams = spec.advantage_kwargs()
+        hparams = spec.advantage_kwargs()  # with the KL in the reward, kl_coef is β
         if spec.kl_in_reward:
-            hparams["kl_coef"] = beta
             fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
                 if beta > 0 else torch.zeros_like(mask)
         out = compute_advantages(spec.advantage, fields, **hparams)
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch.advantages = out.token_advantages(mask)
-        if algo.invalid_turn_penalty is not None:
+        if spec.invalid_turn_penalty is not None:
             wrong_tokens = [t.wrong_tokens for t in rows]
             batch.advantages, capped = discredit_turns(batch.advantages, mask, [t.invalid_turns for t in rows],
                                                        wrong_tokens)
-            batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, algo.invalid_turn_penalty)
+            batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, spec.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
             metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
@@ -467,7 +467,7 @@ class RLTrainer(Trainer):
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
                 self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
-                if self.config.algo.tis_cap is not None:
+                if self.algorithm.tis_cap is not None:
                     batch.generator_logprobs = batch.old_logprobs
                 batch.old_logprobs = scored["logprobs"] * batch.loss_mask
             if self.algorithm.needs_critic:
@@ -482,38 +482,16 @@ class RLTrainer(Trainer):
         return self.learner.logprobs(batch, model=self.reference)
 
     def _loss(self, batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        spec, algo = self.algorithm, self.config.algo
-        mask, logprobs = batch.loss_mask, outputs["logprobs"]
+        """The recipe's objective (`algos.rl_objective`) on one micro-batch, with β as it is now."""
         if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
-            self._gap.add(batch.old_logprobs, logprobs.detach(), mask)
-        weights, tis_metrics = None, {}
-        if batch.generator_logprobs is not None:  # algo.tis_cap
-            weights, tis_metrics = truncated_is_weights(batch.old_logprobs, batch.generator_logprobs, mask,
-                                                        cap=algo.tis_cap)
-        # The policy and value losses are the ones the algorithm's recipe names (`LOSS` registry).
-        loss, metrics = LOSS[spec.policy_loss](logprobs, batch.old_logprobs, batch.advantages, mask,
-                                               token_weights=weights, **spec.policy_loss_kwargs())
-        metrics = {**metrics, **tis_metrics}
-        if spec.needs_critic:
-            value_loss, value_metrics = LOSS[spec.value_loss](outputs["values"], batch.old_values, batch.returns,
-                                                              mask, clip_eps=spec.value_clip_eps,
-                                                              aggregation=spec.aggregation)
-            loss = loss + algo.value_coef * value_loss
-            metrics = {**metrics, **value_metrics, "value_loss": value_loss.item()}
-        if batch.ref_logprobs is not None:
-            kl = kl_loss(logprobs, batch.ref_logprobs, mask, kind=spec.kl_estimator)
-            if not spec.kl_in_reward:
-                loss = loss + self.kl_control.value * kl
-            metrics = {**metrics, "kl": kl.item()}
-        if batch.right_ids is not None:
-            right_loss, right_metrics = right_token_loss(outputs["right_logprobs"], batch.right_token_positions())
-            loss = loss + algo.right_token_coef * right_loss
-            metrics = {**metrics, **right_metrics, "right_token_loss": right_loss.item()}
-        if algo.entropy_coef > 0:
-            bonus, entropy_metrics = entropy_loss(mask, entropy=outputs["entropy"], aggregation=spec.aggregation)
-            loss = loss + algo.entropy_coef * bonus
-            metrics = {**metrics, **entropy_metrics}
-        return loss, metrics
+            self._gap.add(batch.old_logprobs, outputs["logprobs"].detach(), batch.loss_mask)
+        inputs = {"logprobs": outputs["logprobs"], "values": outputs.get("values"), "entropy": outputs.get("entropy"),
+                  "right_logprobs": outputs.get("right_logprobs"), "old_logprobs": batch.old_logprobs,
+                  "generator_logprobs": batch.generator_logprobs, "advantages": batch.advantages,
+                  "mask": batch.loss_mask, "old_values": batch.old_values, "returns": batch.returns,
+                  "ref_logprobs": batch.ref_logprobs,
+                  "right_mask": batch.right_token_positions() if batch.right_ids is not None else None}
+        return rl_objective(self._objective_spec, inputs)
 
     # ------------------------------------------------------------------ validate and save
     def validate(self, step: int) -> dict[str, Any]:
