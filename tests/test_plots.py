@@ -90,3 +90,22 @@ def test_bench_plots_mark_each_env_and_keep_100_percent_off_the_frame(tmp_path, 
     finally:
         for figure in figures:
             close(figure)
+
+
+def test_a_mix_gets_a_success_curve_and_validation_markers_per_environment():
+    import matplotlib.pyplot as plt
+
+    from agentgym_rl.eval.plots import mixed_envs
+
+    rows = _rows(7, entropy=False)
+    for row in rows[1:]:
+        row.update({"train/env/babyai/success": 0.5, "train/env/textcraft/success": 0.1})
+    rows[0].update({"val/env/babyai/success": 0.4, "val/env/textcraft/success": 0.0})
+    assert mixed_envs(rows) == ["babyai", "textcraft"] and mixed_envs(_rows(3, entropy=False)) == []
+    fig = training_figure(rows, "run")
+    try:
+        labels = set(fig.axes[0].get_legend_handles_labels()[1])
+        assert {"train success: babyai", "train success: textcraft", "validation: babyai",
+                "validation: textcraft"} <= labels
+    finally:
+        plt.close(fig)

@@ -469,3 +469,37 @@ def test_a_step_line_shows_what_the_step_logged():
                                          "grad_norm 1.23  clip 0.021  tokens/s 412  6.1 s")
     # A step that updated nothing has no loss: left out, not printed as 0.
     assert step_line(1, 2, {"horizon": 2, "train/success": 0.0}) == "step 1/2  horizon 2  success 0.00  0.0 s"
+
+
+@pytest.mark.slow
+def test_a_mix_of_babyai_and_textcraft_trains_resumes_and_reports_each_environment(tmp_path):
+    """configs/mix_grpo.yaml with the tiny settings: every step plays one task of each environment
+    (tasks_per_step 2, weights 1:1) and logs both, validations score one item of each, resume goes
+    on with the same mix, and the report, TensorBoard and the viewer see the per-env curves."""
+    from fastapi.testclient import TestClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from agentgym_rl.ui.app import create_app
+
+    run_dir = train(tmp_path, "mix", "train.steps=2", config="mix_grpo.yaml")
+    train(tmp_path, "mix", "train.steps=3", config="mix_grpo.yaml", resume=True)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "train/success" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    for row in steps:
+        assert {"train/env/babyai/success", "train/env/textcraft/success", "train/env/textcraft/reward"} <= set(row)
+    for step in (1, 2, 3):
+        played = load_trajectories(run_dir / "trajectories" / f"step_{step:06d}.jsonl")
+        assert sorted({t.env_id for t in played}) == ["babyai", "textcraft"] and len(played) == 6
+    validations = [r for r in rows if "val/success" in r]
+    assert [r["step"] for r in validations] == [0, 2]
+    assert all({"val/env/babyai/success", "val/env/textcraft/success"} <= set(r) for r in validations)
+    # Resuming with another mix is refused: its checkpoints learnt these environments.
+    result = run("train", str(REPO / "configs" / "mix_grpo.yaml"), *TINY, f"run.output_dir={tmp_path}", "run.name=mix",
+                 "train.steps=4", "env.kwargs={members: [{id: babyai}]}", "--resume")
+    assert result.returncode == 2 and "env.kwargs.members" in result.stderr
+    events = EventAccumulator(str(run_dir / "tensorboard")).Reload()
+    assert {"train/env/babyai/success", "val/env/textcraft/success"} <= set(events.Tags()["scalars"])
+    assert (run_dir / "report" / "training.png").is_file()
+    served = TestClient(create_app(tmp_path, allowed_hosts=["testserver"])).get("/api/runs/mix").json()
+    assert any("train/env/textcraft/success" in row for row in served["metrics"])

@@ -45,11 +45,15 @@ fields, **hparams)` picks those fields out of a dict of batch tensors and calls 
 
 Other tables
 ------------
-* ``LOSS[name]`` holds three kinds of loss terms, each ``-> (loss, metrics)`` with a
-  scalar ``loss`` that carries gradient and is 0 (not NaN) on an empty mask:
-  policy losses ``(logprobs, old_logprobs, advantages, mask, **hparams)`` ("ppo_clip"),
-  the value loss ``(values, old_values, returns, mask, **hparams)`` ("value_clip") and
-  the entropy term ``(mask, *, logits=None, entropy=None, ...)`` ("entropy").
+* ``LOSS[name]`` holds the terms of the RL objective (`algos.objective`), each ``-> (loss,
+  metrics)`` with a scalar ``loss`` that carries gradient and is 0 (not NaN) on an empty
+  mask. Their parameters follow the estimators' convention: tensors by name from
+  `objective.OBJECTIVE_INPUTS`, hyper-parameters as keywords named like the recipe's
+  settings. Policy losses ``(logprobs, old_logprobs, advantages, mask, *, ...)``
+  ("ppo_clip"), the value loss ``(values, old_values, returns, mask, *, ...)``
+  ("value_clip"), the KL term ``(logprobs, ref_logprobs, mask, *, kl_estimator)`` ("kl"),
+  the right-token loss ``(right_logprobs, right_mask)`` ("right_token") and the entropy
+  term ``(mask, *, logits=None, entropy=None, ...)`` ("entropy").
 * ``KL[name](logprobs, ref_logprobs) -> per_token_kl`` of the same (B, T) shape.
 * ``SCHEDULE[name](horizons, every) -> HorizonSchedule``.
 """

@@ -102,15 +102,20 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
         return _ray_factory(env_id, kwargs, list(urls), timeout)
     if urls:
         return _remote_factory(env_id, kwargs, list(urls), timeout)
+    max_parallel = spec(env_id).max_parallel
     try:
         make(env_id, **kwargs).close()
+        if env_id == "mix":  # its members are built on their first task: check them now
+            from .mix import check_members
+
+            max_parallel = check_members(kwargs.get("members"))
     except (TypeError, ValueError) as error:  # an unknown argument, or a bad value of one
         raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
 
     def factory() -> TextEnv:
         return make(env_id, **kwargs)
 
-    factory.max_parallel = spec(env_id).max_parallel  # type: ignore[attr-defined]
+    factory.max_parallel = max_parallel  # type: ignore[attr-defined]
     return factory
 
 
@@ -304,6 +309,18 @@ register(
         max_turns=15,  # the longest embedded tasks take 6 actions; WebArena allows 30
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # a browser context (a renderer process) each
+    )
+)
+
+register(
+    EnvSpec(
+        env_id="mix",
+        entry_point="agentgym_rl.envs.mix:MixEnv",
+        tasks_entry_point="agentgym_rl.envs.mix:mix_tasks",
+        max_turns=100,  # the engine's cap; each member's own limit ends its episodes (`envs/mix.py`)
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        state_keys=True,  # those of its members that name their states
+        requires="env.kwargs.members: the environments it mixes",
     )
 )
 

@@ -58,7 +58,7 @@ def _check_listable(make_env: Any, task: Any, seed: int, needed_for: str) -> Non
     policy picks among them, `listed_actions_only` restricts replies to them)."""
     env = make_env()
     try:
-        env.reset(task.index, seed=seed)
+        env.reset(task.item_id, seed=seed)
         listed = env.available_actions()
     finally:
         env.close()
@@ -127,12 +127,15 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
 def format_table(summary: dict, title: str | None = None) -> str:
     """A plain-text table of overall and per-category success."""
     rows = [("overall", summary["episodes"], summary["success"], summary["pass_at_k"])]
+    by_env = summary.get("by_env", {})
+    if len(by_env) > 1:  # a mix: each environment's Avg@n (its Pass@k is in its categories')
+        rows += [(env_id, None, env["success"], None) for env_id, env in by_env.items()]
     for category, success in summary["by_category"].items():
         rows.append((category, None, success, summary["pass_at_k_by_category"][category]))
     k = summary["k"]
     lines = [title or f"{summary['env']} {summary['split']} — policy {summary['policy']}",
              f"{'category':<12}{'Avg@' + str(summary['samples']):>10}{'Pass@' + str(k):>10}"]
-    lines += [f"{name:<12}{100 * s:>9.1f}%{100 * p:>9.1f}%" for name, _, s, p in rows]
+    lines += [f"{name:<12}{100 * s:>9.1f}%" + (f"{100 * p:>9.1f}%" if p is not None else "") for name, _, s, p in rows]
     lines.append(f"items {summary['episodes']} × samples {summary['samples']}, avg reward "
                  f"{summary['avg_reward']:.3f}, avg turns {summary['avg_turns']:.1f}, "
                  f"invalid actions {100 * summary['invalid_action_rate']:.1f}%, errors {summary['errors']}"

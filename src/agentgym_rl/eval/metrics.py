@@ -25,7 +25,9 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
 
     Returns:
         {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "avg_turns",
-         "invalid_action_rate", "errors", "by_category": {name: success}, "pass_at_k_by_category"}
+         "invalid_action_rate", "errors", "by_category": {name: success}, "pass_at_k_by_category",
+         "by_env": {env_id: {"success", "avg_reward"}} (one entry unless the trajectories come from
+         several environments, e.g. a mix)}
     """
     by_item: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -55,7 +57,16 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
         "pass_at_k_by_category": {
             c: sum(item_pass[i] for i in items) / len(items) for c, items in sorted(category_items.items())
         },
+        "by_env": {env_id: {"success": sum(t.success for t in ts) / len(ts), "avg_reward": sum(t.reward for t in ts)
+                            / len(ts)} for env_id, ts in sorted(_by_env(trajectories).items())},
     }
+
+
+def _by_env(trajectories: list[Trajectory]) -> dict[str, list[Trajectory]]:
+    groups: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        groups[t.env_id].append(t)
+    return groups
 
 
 def pass_at_k_curve(trajectories: list[Trajectory]) -> list[float]:

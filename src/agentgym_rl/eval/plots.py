@@ -49,6 +49,18 @@ def plot_run(run_dir: str | Path) -> Path:
     return out
 
 
+def mixed_envs(rows: list[dict]) -> list[str]:
+    """The environments of a mix run, from its per-environment metrics (`train/env/<id>/...`,
+    `val/env/<id>/...`), in the order they first appear; [] for a run of one environment."""
+    found: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            parts = key.split("/")
+            if len(parts) == 4 and parts[0] in ("train", "val") and parts[1] == "env":
+                found.setdefault(parts[2], None)
+    return list(found)
+
+
 def training_figure(rows: list[dict], title: str) -> Any:
     """Four panels over the RL steps of `metrics.jsonl` rows: success (training, each step's
     value faint and their trailing mean over a tenth of the run bold, and validation), turns
@@ -72,7 +84,7 @@ def training_figure(rows: list[dict], title: str) -> Any:
             return False
         if window > 1:
             ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-        ax.plot(steps, trailing_mean(values, window), color=color, linewidth=2, label=label + mean_label, **style)
+        ax.plot(steps, trailing_mean(values, window), color=color, label=label + mean_label, **{"linewidth": 2, **style})
         return True
 
     trend(success_ax, "train/success", "tab:blue", "train success")
@@ -80,6 +92,13 @@ def training_figure(rows: list[dict], title: str) -> Any:
     val_steps, val_success = _series(rows, "val/success")
     if val_steps:
         success_ax.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
+    # A mix of environments: each one's training success (thin) and validation (hollow markers).
+    for env_id, color in zip(mixed_envs(rows), ("tab:cyan", "tab:pink", "tab:olive", "tab:gray", "tab:brown")):
+        trend(success_ax, f"train/env/{env_id}/success", color, f"train success: {env_id}", linewidth=1.2)
+        env_steps, env_success = _series(rows, f"val/env/{env_id}/success")
+        if env_steps:
+            success_ax.plot(env_steps, env_success, "o--", color=color, markerfacecolor="none",
+                            label=f"validation: {env_id}")
     lowest = min(_series(rows, "train/reward")[1], default=0.0)  # rewards go below 0 with penalties
     success_ax.set_ylim(min(-0.03, lowest - 0.05), 1.03)
     success_ax.set_ylabel("fraction / reward")

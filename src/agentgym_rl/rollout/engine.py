@@ -149,7 +149,9 @@ class RolloutEngine:
         episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
         try:
             episode.env = self._take_env()
-            observation, info = episode.env.reset(task.index, seed=seed)
+            # By name ("babyai_12"), which every environment takes: a mix of environments plays it
+            # in the member that name belongs to.
+            observation, info = episode.env.reset(task.item_id, seed=seed)
         except Exception as error:  # noqa: BLE001 — failures are data
             return self._fail(episode, error)
         episode.state_key = str(info.get("state_key") or "")

@@ -21,6 +21,7 @@ from ..algos import (KL, HorizonSchedule, advantage_inputs, compute_advantages, 
                      masked_mean, outcome_token_rewards, penalize_tokens, rl_objective)
 from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
+from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
@@ -32,7 +33,7 @@ from .console import step_line
 from .session import Session, Trainer
 
 
-RESUME_KEYS = ("env.id", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
+RESUME_KEYS = ("env.id", "env.kwargs.members", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
 """What a resumed run must share with the run it continues: the model it started from and what
 its checkpoints hold (a value head for ppo, a KL reference when kl_coef > 0)."""
 
@@ -99,6 +100,13 @@ def no_update_reason(metrics: dict[str, float]) -> str | None:
     return None
 
 
+def per_env_metrics(prefix: str, stats: dict[str, Any]) -> dict[str, float]:
+    """`<prefix>/env/<env_id>/success` and `/reward` of each environment in a summary
+    (`eval.metrics.summarize`'s by_env): a mix's curves one environment at a time."""
+    return {f"{prefix}/env/{env_id}/{key}": env[name] for env_id, env in stats["by_env"].items()
+            for key, name in (("success", "success"), ("reward", "avg_reward"))}
+
+
 def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
     """The groups whose samples' rewards are not all equal (episodes cut short by an error left
     out, as the update leaves them out): only those give a group-relative advantage."""
@@ -134,6 +142,16 @@ class RLTrainer(Trainer):
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._gap, self._gap_in_loss = LogprobGap(), False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
+        # The tasks a step draws from: one pool, or one per environment of a mix, each giving its
+        # share (by weight) of `tasks_per_step`.
+        self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
+        self.mixed = len(self.pools) > 1
+        for (weight, pool), quota in zip(self.pools, member_quotas([w for w, _ in self.pools],
+                                                                    config.algo.tasks_per_step)):
+            if quota > len(pool):
+                where = f" of {pool[0].env_id}" if self.mixed and pool else ""
+                raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} asks for {quota} distinct tasks "
+                                f"a step from the {len(pool)} {config.env.train_split} tasks{where}")
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)[: config.eval.episodes]
         make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls, config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
@@ -289,6 +307,7 @@ class RLTrainer(Trainer):
                     "train/errors": stats["errors"], **update_metrics,
                     "time/rollout_tokens_per_s": generated / max(rolled - began, 1e-9),
                     "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
+                    **(per_env_metrics("train", stats) if self.mixed else {}),
                 }
                 self.metrics.log(step + 1, step_metrics)
                 self.log(step_line(step + 1, cfg.train.steps, step_metrics))
@@ -324,17 +343,19 @@ class RLTrainer(Trainer):
         return validations
 
     def sample_tasks(self, step: int) -> list:
-        """The tasks of a step: a pure function of (seed, step), so resume replays them."""
+        """The tasks of a step: a pure function of (seed, step), so resume replays them. In a mix,
+        each environment gives its share by weight (`member_quotas`)."""
         rng = random.Random(f"{self.config.run.seed}-{step}")
-        return rng.sample(self.train_tasks, self.config.algo.tasks_per_step)
+        quotas = member_quotas([weight for weight, _ in self.pools], self.config.algo.tasks_per_step)
+        return [task for (_, pool), quota in zip(self.pools, quotas) for task in rng.sample(pool, quota)]
 
     def refill_tasks(self, step: int, round_: int, count: int, played: list) -> list:
         """`count` tasks for refill round `round_` of a step's dynamic sampling, none of the
         `played` ones while enough others are left: a pure function of (seed, step, round,
         played), so resume and every torchrun rank draw the same."""
         rng = random.Random(f"{self.config.run.seed}-{step}-refill-{round_}")
-        seen = {task.index for task in played}
-        fresh = [task for task in self.train_tasks if task.index not in seen]
+        seen = {task.item_id for task in played}
+        fresh = [task for task in self.train_tasks if task.item_id not in seen]
         return rng.sample(fresh if len(fresh) >= count else self.train_tasks, count)
 
     def _play_step(self, step: int, horizon: int) -> tuple[list[Trajectory], dict[str, float]]:
@@ -508,8 +529,11 @@ class RLTrainer(Trainer):
         if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
             save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")
         self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
-                                **{f"val/success/{c}": v for c, v in stats["by_category"].items()}})
-        self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items")
+                                **{f"val/success/{c}": v for c, v in stats["by_category"].items()},
+                                **(per_env_metrics("val", stats) if self.mixed else {})})
+        per_env = "".join(f", {env_id} {env['success']:.3f}" for env_id, env in stats["by_env"].items()
+                          if self.mixed)
+        self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items{per_env}")
         per_item: dict[str, list[bool]] = {}
         for t in trajectories:
             per_item.setdefault(t.item_id, []).append(t.success)
