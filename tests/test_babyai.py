@@ -226,6 +226,32 @@ def test_the_state_key_names_the_true_state_not_the_view(env):
     assert registry.spec("babyai").state_keys
 
 
+def test_a_snapshot_restores_the_state_in_this_or_another_instance(env, monkeypatch):
+    env.reset(40)
+    env.step("turn left")
+    state, key = env.snapshot(), env.state_key()
+    moved = env.step("move forward")[0]
+    env.restore(state)
+    assert env.state_key() == key and env.step("move forward")[0] == moved
+    other = BabyAIEnv()
+    other.reset(3)
+    other.restore(state)  # a fork: the other instance continues the episode; this one is untouched
+    assert other.state_key() == key and other.step("move forward")[0] == moved
+    assert other.primitive_history == env.primitive_history
+    # The expert plans from a restored state as from any other.
+    assert other.expert_action()
+    with pytest.raises(ValueError, match="'textcraft' cannot be restored into 'babyai'"):
+        from agentgym_rl.envs.textcraft.env import TextCraftEnv
+
+        crafting = TextCraftEnv()
+        crafting.reset(0)
+        env.restore(crafting.snapshot())
+    # check_env catches a restore that does nothing.
+    monkeypatch.setattr(BabyAIEnv, "restore", lambda self, state: None)
+    with pytest.raises(AssertionError, match="after restore"):
+        check_env(BabyAIEnv(), item_id=3)
+
+
 def test_pickup_of_a_door_and_while_carrying_are_invalid():
     state = tiny_state()
     seen = np.ones((7, 7), dtype=bool)

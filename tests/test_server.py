@@ -83,6 +83,39 @@ def test_check_env_passes_through_http(env_id):
         check_env(HttpEnv(url), item_id=3)
 
 
+def test_snapshots_over_http_fork_episodes_and_only_signed_ones_are_restored(babyai_url):
+    import base64
+    import pickle
+
+    first, second = HttpEnv(babyai_url), HttpEnv(babyai_url)
+    first.reset(40)
+    first.step("turn left")
+    state = first.snapshot()
+    moved = first.step("move forward")[0]
+    second.reset(3)
+    second.restore(state)  # another instance on the server continues the first one's episode
+    assert second.step("move forward")[0] == moved
+    # The client cannot make the server unpickle what the server did not write.
+    forged = base64.b64encode(b"\0" * 32 + pickle.dumps({"format": 1})).decode()
+    answer = httpx.post(f"{babyai_url}{second._instance()}/restore", json={"state": forged})
+    assert answer.status_code == 422 and "signature" in answer.json()["detail"]
+    with pytest.raises(ValueError, match="signature"):
+        second.restore(state[:-1] + b"x")
+    # Another server restores it only when it shares the key.
+    with serving("babyai", snapshot_key=b"k" * 32) as keyed, serving("babyai", snapshot_key=b"k" * 32) as twin:
+        one, other = HttpEnv(keyed), HttpEnv(twin)
+        one.reset(40)
+        other.reset(1)
+        other.restore(one.snapshot())
+        with pytest.raises(ValueError, match="signature"):
+            other.restore(state)
+    with serving("search") as url:
+        env = HttpEnv(url)
+        env.reset(0)
+        with pytest.raises(NotImplementedError):
+            env.snapshot()
+
+
 def test_http_episodes_equal_in_process_episodes(babyai_url):
     """The expert, asked through the API, plays the same episodes over HTTP as in process."""
     tasks = registry.tasks("babyai", "test")[:4]

@@ -176,6 +176,21 @@ def test_the_state_key_is_the_inventory(env):
     assert registry.spec("textcraft").state_keys and not registry.spec("search").state_keys
 
 
+def test_a_snapshot_restores_the_inventory_and_the_episode(env):
+    env.reset(index_of("flint_and_steel"))
+    env.step("get 2 oak logs")
+    state = env.snapshot()
+    env.step("craft 4 oak planks using 1 oak logs")
+    env.restore(state)
+    assert env.inventory == {"oak_logs": 2} and env.step("inventory")[4]["state_key"] == "2 oak_logs"
+    fork = TextCraftEnv()
+    fork.restore(state)  # never reset: the snapshot is the whole episode
+    assert fork.step("craft 4 oak planks using 1 oak logs")[0] == "Crafted 4 minecraft:oak_planks"
+    assert fork.goal == env.goal and env.inventory == {"oak_logs": 2}
+    with pytest.raises(ValueError, match="not an environment snapshot"):
+        env.restore(b"junk")
+
+
 def test_success_reward_and_end_of_episode(env):
     env.reset(index_of("flint_and_steel"))
     assert env.step("inventory")[0] == "Inventory: You are not carrying anything."

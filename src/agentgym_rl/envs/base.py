@@ -69,6 +69,27 @@ class TextEnv(ABC):
         answer: an expert policy asks through this API and works through any transport."""
         return None
 
+    def snapshot(self) -> bytes:
+        """The episode's whole state, which `restore` puts back into this instance or another built
+        with the same arguments: several samples can branch from one mid-episode state, and an
+        unfinished episode can be resumed. Trusted data (a pickle): restore only what an
+        environment of this process or server wrote (`envs.snapshots`).
+
+        Raises:
+            NotImplementedError: the environment cannot snapshot its state.
+            EnvStateError: before the first reset.
+        """
+        raise NotImplementedError(f"environment {self.env_id!r} cannot snapshot its state")
+
+    def restore(self, state: bytes) -> None:
+        """Continue from `state`, a `snapshot` of this environment (any episode, any instance).
+
+        Raises:
+            NotImplementedError: the environment cannot snapshot its state.
+            ValueError: `state` is not a snapshot of this environment.
+        """
+        raise NotImplementedError(f"environment {self.env_id!r} cannot restore a snapshot")
+
     @property
     def unwrapped(self) -> "TextEnv":
         """The innermost environment."""

@@ -57,5 +57,37 @@ def check_env(env: TextEnv, item_id: int | str = 0, actions: list[str] | None = 
 
     first, second = play(), play()
     assert first == second, "the same item and actions must give the same observations"
+    _check_snapshot(env, item_id, actions)
     env.close()
     env.close()
+
+
+def _check_snapshot(env: TextEnv, item_id: int | str, actions: list[str] | None) -> None:
+    """For an environment that snapshots: after a restore, the same actions give the same results
+    as they did after the snapshot was taken, in the episode it came from or in another."""
+    env.reset(item_id, seed=0)
+    script = actions or [(env.available_actions() or ["look"])[0]] * 3
+    first = env.step(script[0])
+    try:
+        state = env.snapshot()
+    except NotImplementedError:
+        return
+    assert isinstance(state, bytes), "snapshot must return bytes"
+
+    def rest() -> list[tuple]:
+        trace = []
+        for action in [*script[1:], "!!not an action!!"]:
+            obs, reward, terminated, truncated, _ = env.step(action)
+            trace.append((obs, reward, terminated, truncated))
+            if terminated or truncated:
+                break
+        return trace
+
+    if first[2] or first[3]:  # the episode ended at once: nothing to continue
+        return
+    after = rest()
+    env.restore(state)
+    assert rest() == after, "after restore, the same actions must give what they gave after the snapshot"
+    env.reset(item_id, seed=0)
+    env.restore(state)
+    assert rest() == after, "a snapshot restored into a new episode must continue the one it came from"

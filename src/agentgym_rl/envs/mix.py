@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import snapshots
 from .base import EnvStateError, StepResult, TextEnv
 from .tasks import Task
 
@@ -177,6 +178,20 @@ class MixEnv(TextEnv):
 
     def expert_action(self) -> str | None:
         return self._active.expert_action() if self._active is not None else None
+
+    def snapshot(self) -> bytes:
+        """The member now playing and its own snapshot."""
+        if self._active is None:
+            raise EnvStateError("call reset before snapshot")
+        member = next(env_id for env_id, env in self._envs.items() if env is self._active)
+        return snapshots.dump(self.env_id, (member, self._active.snapshot()))
+
+    def restore(self, state: bytes) -> None:
+        member, inner = snapshots.load(self.env_id, state)
+        if member not in self.members:
+            raise ValueError(f"a snapshot of member {member!r}, which this mix does not have")
+        self._active = self._member_env(member)
+        self._active.restore(inner)
 
     def close(self) -> None:
         for env in self._envs.values():

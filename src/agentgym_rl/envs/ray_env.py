@@ -162,6 +162,12 @@ class RayEnv(TextEnv):
     def expert_action(self) -> str | None:
         return self._call("expert_action")
 
+    def snapshot(self) -> bytes:
+        return self._call("snapshot")
+
+    def restore(self, state: bytes) -> None:
+        self._call("restore", state)
+
     def close(self) -> None:
         if self._closed:
             return

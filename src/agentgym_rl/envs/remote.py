@@ -9,6 +9,7 @@ the rollout engine records that episode as failed.
 
 from __future__ import annotations
 
+import base64
 import os
 import time
 from typing import Any
@@ -142,6 +143,26 @@ class HttpEnv(TextEnv):
         if self._id is None:
             return None
         return self._call("GET", f"{self._instance()}/expert_action")["action"]
+
+    def snapshot(self) -> bytes:
+        """The server's signed snapshot (opaque here: only a server with its key restores it)."""
+        if self._id is None:
+            raise EnvStateError("call reset before snapshot")
+        answer = self._snapshot_call("snapshot", None)
+        return base64.b64decode(answer["state"])
+
+    def restore(self, state: bytes) -> None:
+        self._snapshot_call("restore", {"state": base64.b64encode(state).decode()})
+
+    def _snapshot_call(self, what: str, body: dict | None) -> Any:
+        try:
+            return self._call("POST", f"{self._instance()}/{what}", body, retry=False)
+        except RemoteEnvError as error:
+            if "HTTP 501" in str(error):
+                raise NotImplementedError(f"{self.server.url}: the environment cannot {what}") from None
+            if "HTTP 422" in str(error):
+                raise ValueError(f"{self.server.url}: {str(error).split(': ', 2)[-1]}") from None
+            raise
 
     def close(self) -> None:
         """Close the server's instance (once), and the connections if this env opened them;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import snapshots
 from .base import StepResult, TextEnv
 
 
@@ -30,6 +31,12 @@ class Wrapper(TextEnv):
     def expert_action(self) -> str | None:
         return self.env.expert_action()
 
+    def snapshot(self) -> bytes:
+        return self.env.snapshot()
+
+    def restore(self, state: bytes) -> None:
+        self.env.restore(state)
+
     @property
     def unwrapped(self) -> TextEnv:
         return self.env.unwrapped
@@ -55,6 +62,15 @@ class TurnLimit(Wrapper):
         if self.turns >= self.max_turns and not terminated:
             truncated = True
         return obs, reward, terminated, truncated, info
+
+    def snapshot(self) -> bytes:
+        """The inner environment's snapshot and the turns taken, which the limit counts on from."""
+        return snapshots.dump("turn_limit", (self.turns, self.env.snapshot()))
+
+    def restore(self, state: bytes) -> None:
+        turns, inner = snapshots.load("turn_limit", state)
+        self.env.restore(inner)
+        self.turns = turns
 
 
 class InvalidActionPenalty(Wrapper):

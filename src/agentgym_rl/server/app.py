@@ -11,6 +11,8 @@ so the OpenAPI schema at `/openapi.json` documents it):
     POST   /v1/envs/{id}/step       {action}          {"observation", "reward", "terminated", "truncated", "info"}
     GET    /v1/envs/{id}/available_actions            {"actions": [...] | null}
     GET    /v1/envs/{id}/expert_action                {"action": "..." | null}
+    POST   /v1/envs/{id}/snapshot                     {"state": "..."}: the episode, signed
+    POST   /v1/envs/{id}/restore    {state}           {"restored": id}
     DELETE /v1/envs/{id}                              {"closed": id}
 
 and, for BabyAI, TextCraft and SciWorld, AgentGym's own endpoints (`/create`, `/reset`, `/step`, ...;
@@ -20,13 +22,24 @@ Errors are JSON `{"detail": ...}` with a status a client can act on: 401 without
 token (when one is set, on every endpoint but /health), 404 for an unknown instance, 409 for a
 call out of order (`step` before `reset`), 413 for a body over `max_body_bytes` (counted as it
 arrives, chunked or not), 422 for a bad body or item id (quoting only an excerpt of it), 429
-when `max_instances` are alive. Calls on one instance run one at a time; instances idle
-for `idle_seconds` are closed when a new one is created.
+when `max_instances` are alive, 501 for a snapshot of an environment that cannot take one.
+Calls on one instance run one at a time; instances idle for `idle_seconds` are closed when a
+new one is created.
+
+A snapshot (`TextEnv.snapshot`) is a pickle, which must never be read from an untrusted
+source: the server signs each one it hands out (HMAC-SHA256 with a key of its own, or
+`snapshot_key`, so that servers sharing the key accept each other's) and restores only what
+carries its signature (`SnapshotSigner`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
 import itertools
+import secrets
 import threading
 import time
 from contextlib import asynccontextmanager
@@ -83,6 +96,11 @@ class ExpertAction(BaseModel):
     action: str | None
 
 
+class Snapshot(BaseModel):
+    state: str = Field(max_length=10_000_000)
+    """A snapshot this server (or one with its key) signed, as base64."""
+
+
 class Info(BaseModel):
     env_id: str
     instruction: str
@@ -96,6 +114,28 @@ class Health(BaseModel):
 class Status(BaseModel):
     env_id: str
     instances: int
+
+
+class SnapshotSigner:
+    """Signs the snapshots a server hands out, and checks those it is asked to restore: a client
+    can only restore a state a server with this key wrote, never a pickle of its own making."""
+
+    def __init__(self, key: bytes | None = None):
+        self.key = key or secrets.token_bytes(32)
+
+    def sign(self, data: bytes) -> str:
+        return base64.b64encode(hmac.new(self.key, data, hashlib.sha256).digest() + data).decode()
+
+    def open(self, state: str) -> bytes:
+        """The snapshot inside `state`; a ValueError unless this key signed it."""
+        try:
+            raw = base64.b64decode(state, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("not a snapshot: not base64") from None
+        signature, data = raw[:32], raw[32:]
+        if len(raw) < 32 or not hmac.compare_digest(signature, hmac.new(self.key, data, hashlib.sha256).digest()):
+            raise ValueError("not a snapshot this server wrote (its signature does not match)")
+        return data
 
 
 @dataclass
@@ -159,7 +199,8 @@ class _Instances:
 
 
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,
-               max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000) -> FastAPI:
+               max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000,
+               snapshot_key: bytes | None = None) -> FastAPI:
     """The FastAPI app serving `env_id` (a registered environment built with `env_kwargs`).
 
     Args:
@@ -167,7 +208,10 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
         max_instances: most environment instances alive at once.
         idle_seconds: an instance unused this long is closed when the next one is created.
         max_body_bytes: larger request bodies are refused with 413.
+        snapshot_key: the key snapshots are signed with (None: a random one, so only this server
+            restores its own).
     """
+    signer = SnapshotSigner(snapshot_key)
     spec = registry.spec(env_id)
     instances = _Instances(env_id, dict(env_kwargs or {}), max_instances, idle_seconds)
     probe = instances.make()
@@ -242,6 +286,40 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
         instance = instances.get(instance_id)
         with instance.lock:
             return ExpertAction(action=instance.env.expert_action())
+
+    @app.post("/v1/envs/{instance_id}/snapshot")
+    @env_call
+    def snapshot(instance_id: int) -> Snapshot:
+        instance = instances.get(instance_id)
+        with instance.lock:
+            try:
+                data = instance.env.snapshot()
+            except NotImplementedError as error:
+                raise HTTPException(501, str(error)) from None
+            except EnvStateError as error:
+                raise HTTPException(409, str(error)) from None
+            except Exception as error:  # noqa: BLE001
+                raise env_failed(error) from None
+        return Snapshot(state=signer.sign(data))
+
+    @app.post("/v1/envs/{instance_id}/restore")
+    @env_call
+    def restore(instance_id: int, body: Snapshot) -> dict[str, int]:
+        instance = instances.get(instance_id)
+        try:
+            data = signer.open(body.state)
+        except ValueError as error:
+            raise HTTPException(422, str(error)) from None
+        with instance.lock:
+            try:
+                instance.env.restore(data)
+            except NotImplementedError as error:
+                raise HTTPException(501, str(error)) from None
+            except ValueError as error:  # signed by this key, but of another environment
+                raise HTTPException(422, str(error)) from None
+            except Exception as error:  # noqa: BLE001
+                raise env_failed(error) from None
+        return {"restored": instance_id}
 
     @app.delete("/v1/envs/{instance_id}")
     @env_call

@@ -34,8 +34,9 @@ from .session import Session, Trainer
 
 
 RESUME_KEYS = ("env.id", "env.kwargs.members", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
-"""What a resumed run must share with the run it continues: the model it started from and what
-its checkpoints hold (a value head for ppo, a KL reference when kl_coef > 0)."""
+"""What a resumed run must share with the run it continues: its environment (a mix's members),
+the model it started from and what its checkpoints hold (a value head for ppo, a KL reference
+when kl_coef > 0)."""
 
 
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -390,8 +391,9 @@ class RLTrainer(Trainer):
 
     # ---------------------------------------------------------------------------- update
     def update(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
-        """Advantages by the algorithm's estimator, then `epochs` passes of the PPO-clip loss
-        (plus value, KL and entropy terms as configured) over shuffled minibatches."""
+        """Advantages by the algorithm's estimator, then `epochs` passes of the recipe's objective
+        (`algos.rl_objective`: the policy loss plus value, KL, right-token and entropy terms as
+        configured) over shuffled minibatches."""
         algo, beta = self.config.algo, self.kl_control.value
         # The recipe with the β in force (an adaptive controller moves it), for the advantage
         # (a KL in the reward) and the objective.

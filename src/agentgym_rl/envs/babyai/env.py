@@ -20,6 +20,7 @@ import gymnasium as gym
 import minigrid  # noqa: F401  (registers the BabyAI-* ids with gymnasium)
 import numpy as np
 
+from .. import snapshots
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..parsing import extract_action
 from .actions import execute, parse_action
@@ -140,6 +141,19 @@ class BabyAIEnv(TextEnv):
             "state_key": self.state_key(),
         }
         return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info
+
+    def snapshot(self) -> bytes:
+        """The level as it is (minigrid's env, its random state and the mission's progress), the
+        cells seen, the primitive actions taken and the episode's info."""
+        if self._mg is None:
+            raise EnvStateError("call reset before snapshot")
+        return snapshots.dump(self.env_id, (self._mg, self._seen, list(self._history), self._done, dict(self._info)))
+
+    def restore(self, state: bytes) -> None:
+        mg, seen, history, done, info = snapshots.load(self.env_id, state)
+        # Unpickled afresh, so two instances restored from one snapshot share nothing.
+        self._mg, self._seen, self._history, self._done, self._info = mg, seen, list(history), done, dict(info)
+        self.episode += 1  # the expert's bot, kept between turns of an episode, starts again from here
 
     def state_key(self) -> str:
         """A digest of the true state: the objects, doors, what is carried, the mission's progress

@@ -23,6 +23,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from .. import snapshots
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..parsing import extract_action
 from .crafting import execute
@@ -121,6 +122,18 @@ class TextCraftEnv(TextEnv):
         self._done = success
         info = {**self._info, "success": success, "invalid_action": outcome.invalid, "state_key": self.state_key()}
         return outcome.observation, float(success), success, False, info
+
+    def snapshot(self) -> bytes:
+        """The goal, the crafting commands shown, the inventory and the episode's info."""
+        if self._goal is None:
+            raise EnvStateError("call reset before snapshot")
+        return snapshots.dump(self.env_id, (self._goal, list(self._commands), dict(self._inventory), self._done,
+                                            dict(self._info)))
+
+    def restore(self, state: bytes) -> None:
+        goal, commands, inventory, done, info = snapshots.load(self.env_id, state)
+        self._goal, self._commands, self._inventory, self._done, self._info = \
+            goal, list(commands), dict(inventory), done, dict(info)
 
     def state_key(self) -> str:
         """The true state as text: the inventory, item by item (the goal and the commands are the
