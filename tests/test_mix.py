@@ -59,6 +59,8 @@ def test_the_mix_plays_each_task_in_its_member_with_the_members_turn_limit_and_p
     ([{"id": "babyai", "weight": 0}], "weight must be > 0"),
     ([{"id": "babyai", "max_turns": 0}], "max_turns must be a positive integer"),
     ([{"id": "babyai", "turns": 3}], "unknown key"),
+    ([{"id": "babyai", "weight": "a lot"}], "weight is a number and kwargs a mapping"),
+    ([{"id": "babyai", "kwargs": [1]}], "weight is a number and kwargs a mapping"),
     ([{"id": "babyai"}, {"id": "babyai"}], "may be a member once"),
 ])
 def test_bad_members_are_named(members, message):

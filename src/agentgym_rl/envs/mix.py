@@ -51,8 +51,11 @@ def parse_members(members: Any) -> list[Member]:
         if unknown:
             raise ValueError(f"member {entry['id']!r}: unknown key(s) {', '.join(sorted(unknown))} "
                              "(known: id, weight, kwargs, max_turns)")
-        member = Member(str(entry["id"]), float(entry.get("weight", 1.0)), dict(entry.get("kwargs") or {}),
-                        entry.get("max_turns"))
+        weight, kwargs = entry.get("weight", 1.0), entry.get("kwargs") or {}
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not isinstance(kwargs, dict):
+            raise ValueError(f"member {entry['id']!r}: weight is a number and kwargs a mapping, got "
+                             f"{weight!r} and {kwargs!r}")
+        member = Member(str(entry["id"]), float(weight), dict(kwargs), entry.get("max_turns"))
         if member.id == "mix" or member.id not in registry.env_ids():
             raise ValueError(f"member {member.id!r} is not an environment; registered: "
                              f"{', '.join(e for e in registry.env_ids() if e != 'mix')}")
