@@ -3,6 +3,7 @@ environments are reused across episodes and runs, and a reused one plays exactly
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.tasks import Task
+from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.rollout.policy import ScriptedPolicy
 
@@ -177,3 +179,28 @@ def test_a_reused_environment_plays_as_a_fresh_one(env_id, items, max_turns):
     assert all(t.error is None for t in reused + fresh)
     assert [t.messages for t in reused] == [t.messages for t in fresh]
     assert [t.turn_rewards for t in reused] == [t.turn_rewards for t in fresh]
+
+
+def test_forked_samples_share_the_turns_before_the_fork_and_differ_after():
+    """rollout.fork_at=2 on TextCraft: the trunk's first two turns are every sample's; after
+    them each branch plays its own replies in its own restored environment. A trunk that ends
+    sooner leaves its samples to start afresh."""
+    from agentgym_rl.eval.policies import RandomPolicy
+
+    tasks = registry.tasks("textcraft", "train")[:3]
+    with RolloutEngine(registry.env_factory("textcraft"), RolloutConfig(fork_at=2)) as engine:
+        played = engine.run(tasks, RandomPolicy(5), max_turns=6, samples=4, seed=1)
+    assert [t.group for t in played] == [0] * 4 + [1] * 4 + [2] * 4
+    for group in range(3):
+        samples = [t for t in played if t.group == group]
+        assert all(t.error is None and t.turns >= 3 for t in samples)
+        prefix = samples[0].messages[:5]  # the first observation and two turns
+        assert all(t.messages[:5] == prefix and t.state_keys[:3] == samples[0].state_keys[:3] for t in samples)
+        assert len({json.dumps(t.messages[5:]) for t in samples}) > 1  # the random replies differ after the fork
+    # An environment that cannot snapshot is named.
+    with RolloutEngine(CounterEnv, RolloutConfig(fork_at=1)) as engine, pytest.raises(UserError, match="fork_at"):
+        engine.run([Task("counter", 2, "c")], CounterExpert(), max_turns=5, samples=2)
+    # A trunk that ends before the fork: its samples are played from the start.
+    with RolloutEngine(CounterEnv, RolloutConfig(fork_at=5)) as engine:
+        whole = engine.run([Task("counter", 0, "c")], CounterExpert(), max_turns=5, samples=3)
+    assert [t.turns for t in whole] == [1, 1, 1] and all(t.success for t in whole)

@@ -164,6 +164,13 @@ class RolloutConfig:
     system_prompt: bool = False
     """Open each conversation with the environment's instruction as a system message (a model
     must be evaluated as it was trained: the tiny model's recipes leave it out)."""
+    fork_at: NonNegative = 0
+    """Branch a task's samples from one episode at this turn (0: off): the first sample plays
+    `fork_at` turns, its environment is snapshotted (`TextEnv.snapshot`), and the others
+    continue from copies of it, so the samples share those turns and differ only after them
+    (their outcomes then compare what was done from one state). A sample whose trunk ended
+    sooner is played from the start instead. Needs an environment that snapshots (BabyAI,
+    TextCraft, a mix of them); the branches may briefly exceed `max_envs`."""
     max_envs: NonNegative = 0
     """Most environments alive at once (0: the smallest of the environment's own limit, the
     batch a model policy keeps its KV cache for, 128, and the episodes whose caches fit

@@ -14,6 +14,7 @@ engine holds at most as many environments as it ever ran at once; `close()` (or 
 
 from __future__ import annotations
 
+import copy
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,8 @@ class _Episode:
     reply_ids: list[int] = field(default_factory=list)
     state_key: str = ""
     """The environment's `info["state_key"]` of the state the next action is taken from."""
+    branches: int = 0
+    """`rollout.fork_at`: the samples still to branch from this episode at that turn."""
 
 
 class RolloutEngine:
@@ -112,30 +115,68 @@ class RolloutEngine:
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int,
              seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
-        jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(samples)]
+        fork = self.config.fork_at if samples > 1 else 0
+        # With forks, one trunk per task; its other samples branch from it (or, if it ends
+        # sooner, join the queue as episodes of their own).
+        jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(1 if fork else samples)]
         limit = self.config.max_envs or min(
             [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0),
                              self._cache_cap(policy)) if cap],
             default=len(jobs))
         episodes: list[_Episode] = []
+        started = 0  # jobs started so far
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
             while True:
                 # Start episodes as others finish, so at most `limit` environments are alive.
                 alive = sum(1 for e in episodes if not e.done)
-                starting = jobs[len(episodes):len(episodes) + limit - alive]
+                starting = jobs[started:started + max(limit - alive, 0)]
                 if starting:
                     fresh = list(pool.map(lambda job: self._start(*job, policy, seed), starting))
+                    if fork:
+                        for index, episode in enumerate(fresh, start=started):
+                            episode.branches = samples - 1 if index < len(tasks) else 0  # the trunks
+                    started += len(starting)
                     episodes += fresh
                     self._report(fresh, progress)
                 active = [e for e in episodes if not e.done]
                 if not active:
-                    if len(episodes) == len(jobs):
+                    if started == len(jobs):
                         break
                     continue
                 replies = self._act(active, policy)
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
                 self._report(active, progress)
-        return [e.record for e in episodes]
+                for episode in [e for e in active if e.branches]:
+                    if not episode.done and episode.record.turns == fork:
+                        episodes += self._branch(episode)
+                    elif episode.done:  # ended before the fork: its other samples start afresh
+                        jobs += [(episode.task, episode.group)] * episode.branches
+                    else:
+                        continue
+                    episode.branches = 0
+        # Task by task, samples together (branches were added as their trunks reached the fork).
+        return [e.record for e in sorted(episodes, key=lambda e: e.group)]
+
+    def _branch(self, trunk: _Episode) -> list[_Episode]:
+        """`trunk.branches` copies of `trunk` at this turn, each in an environment restored from
+        its snapshot, to be played on independently."""
+        try:
+            state = trunk.env.snapshot()
+        except NotImplementedError as error:
+            raise UserError(f"rollout.fork_at branches episodes from snapshots: {error}") from None
+        branches = []
+        for _ in range(trunk.branches):
+            record = copy.deepcopy(trunk.record)
+            branch = _Episode(trunk.task, trunk.group, env=None, record=record,  # type: ignore[arg-type]
+                              ids=list(trunk.ids), reply_start=trunk.reply_start,
+                              reply_ids=list(trunk.reply_ids), state_key=trunk.state_key)
+            try:
+                branch.env = self._take_env()
+                branch.env.restore(state)
+            except Exception as error:  # noqa: BLE001 — failures are data
+                self._fail(branch, error)
+            branches.append(branch)
+        return branches
 
     def _cache_cap(self, policy: Policy) -> int:
         """Episodes whose KV caches fit `rollout.kv_cache_mb` at `max_context` tokens each (0: no cap)."""
