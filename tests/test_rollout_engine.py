@@ -204,3 +204,31 @@ def test_forked_samples_share_the_turns_before_the_fork_and_differ_after():
     with RolloutEngine(CounterEnv, RolloutConfig(fork_at=5)) as engine:
         whole = engine.run([Task("counter", 0, "c")], CounterExpert(), max_turns=5, samples=3)
     assert [t.turns for t in whole] == [1, 1, 1] and all(t.success for t in whole)
+
+
+def test_an_episode_whose_environment_failed_is_played_again_while_retries_allow():
+    """Every third reset of an environment fails: with rollout.episode_retries the failed
+    attempts are dropped and played again elsewhere, so every sample of every task comes back
+    whole; without retries they come back as recorded failures."""
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    class Flaky(CounterEnv):
+        def reset(self, item_id=None, seed=None):
+            with lock:
+                calls["n"] += 1
+                fail = calls["n"] % 3 == 0
+            if fail:
+                raise ConnectionError("the server went away")
+            return super().reset(item_id, seed)
+
+    tasks = [Task("counter", i, "c") for i in range(4)]
+    with RolloutEngine(Flaky, RolloutConfig(episode_retries=3)) as engine:
+        played = engine.run(tasks, CounterExpert(), max_turns=5, samples=3)
+        assert engine.retried > 0
+    assert [t.group for t in played] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert all(t.error is None and t.success for t in played)
+    calls["n"] = 0
+    with RolloutEngine(Flaky, RolloutConfig()) as engine:
+        kept = engine.run(tasks, CounterExpert(), max_turns=5, samples=3)
+    assert len(kept) == 12 and sum(t.error is not None for t in kept) == 4

@@ -164,6 +164,11 @@ class RolloutConfig:
     system_prompt: bool = False
     """Open each conversation with the environment's instruction as a system message (a model
     must be evaluated as it was trained: the tiny model's recipes leave it out)."""
+    episode_retries: NonNegative = 0
+    """Play an episode whose environment failed (an exception, a server that died or stopped
+    answering) again from the start in another environment, up to this many times, so that a
+    step's groups stay whole; the failed attempt is dropped, and counted
+    (`rollout/retried_episodes`). 0: a failed episode is kept as a recorded failure."""
     fork_at: NonNegative = 0
     """Branch a task's samples from one episode at this turn (0: off): the first sample plays
     `fork_at` turns, its environment is snapshotted (`TextEnv.snapshot`), and the others

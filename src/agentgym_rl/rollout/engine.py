@@ -45,6 +45,10 @@ class _Episode:
     """The environment's `info["state_key"]` of the state the next action is taken from."""
     branches: int = 0
     """`rollout.fork_at`: the samples still to branch from this episode at that turn."""
+    attempt: int = 0
+    """How many failed attempts of this sample came before this one (`rollout.episode_retries`)."""
+    dropped: bool = False
+    """A failed attempt that was played again: not returned."""
 
 
 class RolloutEngine:
@@ -61,6 +65,7 @@ class RolloutEngine:
         self._idle: list[TextEnv] = []  # environments whose episode ended cleanly, ready for the next
         self._idle_lock = threading.Lock()
         self.envs_made = 0
+        self.retried = 0  # failed attempts played again (`rollout.episode_retries`), over the engine's life
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
 
     def __enter__(self) -> RolloutEngine:
@@ -118,7 +123,7 @@ class RolloutEngine:
         fork = self.config.fork_at if samples > 1 else 0
         # With forks, one trunk per task; its other samples branch from it (or, if it ends
         # sooner, join the queue as episodes of their own).
-        jobs = [(task, group) for group, task in enumerate(tasks) for _ in range(1 if fork else samples)]
+        jobs = [(task, group, 0) for group, task in enumerate(tasks) for _ in range(1 if fork else samples)]
         limit = self.config.max_envs or min(
             [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0),
                              self._cache_cap(policy)) if cap],
@@ -131,13 +136,15 @@ class RolloutEngine:
                 alive = sum(1 for e in episodes if not e.done)
                 starting = jobs[started:started + max(limit - alive, 0)]
                 if starting:
-                    fresh = list(pool.map(lambda job: self._start(*job, policy, seed), starting))
+                    fresh = list(pool.map(lambda job: self._start(job[0], job[1], policy, seed, attempt=job[2]),
+                                          starting))
                     if fork:
                         for index, episode in enumerate(fresh, start=started):
                             episode.branches = samples - 1 if index < len(tasks) else 0  # the trunks
                     started += len(starting)
                     episodes += fresh
-                    self._report(fresh, progress)
+                    self._retry_failed(fresh, jobs)
+                    self._report([e for e in fresh if not e.dropped], progress)
                 active = [e for e in episodes if not e.done]
                 if not active:
                     if started == len(jobs):
@@ -145,17 +152,33 @@ class RolloutEngine:
                     continue
                 replies = self._act(active, policy)
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
-                self._report(active, progress)
+                self._retry_failed(active, jobs)
+                self._report([e for e in active if not e.dropped], progress)
                 for episode in [e for e in active if e.branches]:
                     if not episode.done and episode.record.turns == fork:
-                        episodes += self._branch(episode)
+                        branches = self._branch(episode)
+                        self._retry_failed(branches, jobs)  # a branch whose restore failed starts afresh
+                        episodes += branches
                     elif episode.done:  # ended before the fork: its other samples start afresh
-                        jobs += [(episode.task, episode.group)] * episode.branches
+                        jobs += [(episode.task, episode.group, 0)] * episode.branches
                     else:
                         continue
                     episode.branches = 0
         # Task by task, samples together (branches were added as their trunks reached the fork).
-        return [e.record for e in sorted(episodes, key=lambda e: e.group)]
+        return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+
+    def _retry_failed(self, episodes: list[_Episode], jobs: list[tuple[Task, int, int]]) -> None:
+        """Queue another attempt of each episode in `episodes` that just failed in its environment,
+        while `rollout.episode_retries` allows; the failed attempt is dropped. The samples a failed
+        trunk had still to branch are played from the start."""
+        for episode in episodes:
+            if (episode.done and not episode.dropped and episode.record.error is not None
+                    and episode.attempt < self.config.episode_retries):
+                episode.dropped = True
+                self.retried += 1
+                jobs.append((episode.task, episode.group, episode.attempt + 1))
+                jobs += [(episode.task, episode.group, 0)] * episode.branches
+                episode.branches = 0
 
     def _branch(self, trunk: _Episode) -> list[_Episode]:
         """`trunk.branches` copies of `trunk` at this turn, each in an environment restored from
@@ -185,9 +208,9 @@ class RolloutEngine:
             return 0
         return max(1, self.config.kv_cache_mb * 2**20 // (per_token * self.config.max_context))
 
-    def _start(self, task: Task, group: int, policy: Policy, seed: int) -> _Episode:
+    def _start(self, task: Task, group: int, policy: Policy, seed: int, attempt: int = 0) -> _Episode:
         record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)
-        episode = _Episode(task, group, env=None, record=record)  # type: ignore[arg-type]
+        episode = _Episode(task, group, env=None, record=record, attempt=attempt)  # type: ignore[arg-type]
         try:
             episode.env = self._take_env()
             # By name ("babyai_12"), which every environment takes: a mix of environments plays it

@@ -360,7 +360,8 @@ class RLTrainer(Trainer):
         return rng.sample(fresh if len(fresh) >= count else self.train_tasks, count)
 
     def _play_step(self, step: int, horizon: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """The step's episodes, `group_size` of each task, and the `sampling/*` metrics.
+        """The step's episodes, `group_size` of each task, and the `sampling/*` metrics (and
+        `rollout/retried_episodes` with `rollout.episode_retries`).
 
         Each rank plays its share of the tasks (whole groups) and all see every trajectory;
         a group id is the task's index among all the step's tasks, as in one process. With
@@ -369,7 +370,7 @@ class RLTrainer(Trainer):
         algo = self.config.algo
         tasks, played_tasks, trajectories = self.sample_tasks(step), [], []
         with_signal: set[int] = set()
-        rounds = 0
+        rounds, retried = 0, self.engine.retried
         while True:
             played = self._play(tasks[self.rank::self.world], horizon)
             for trajectory in played:
@@ -383,9 +384,11 @@ class RLTrainer(Trainer):
                 break
             rounds += 1
             tasks = self.refill_tasks(step, rounds, missing, played_tasks)
+        metrics = {"rollout/retried_episodes": self.engine.retried - retried} if self.config.rollout.episode_retries \
+            else {}
         if not algo.dynamic_sampling:
-            return trajectories, {}
-        return trajectories, {"sampling/refill_rounds": rounds,
+            return trajectories, metrics
+        return trajectories, {**metrics, "sampling/refill_rounds": rounds,
                               "sampling/extra_groups": len(played_tasks) - algo.tasks_per_step,
                               "sampling/groups_with_signal": len(with_signal)}
 
