@@ -365,3 +365,70 @@ def test_agentgym_protocol_client_plays_as_the_in_process_env(env_id, item):
         other = "textcraft" if env_id == "babyai" else "babyai"
         with pytest.raises(UserError, match="does not answer as AgentGym's"):
             registry.env_factory(other, urls=[f"agentgym+{url}"])
+
+
+def test_a_spawned_server_killed_mid_rollout_is_restarted_and_its_episodes_played_again():
+    """Two TextCraft servers the run starts itself; the first is killed (SIGKILL) while episodes
+    are in flight on it. The watchdog starts it again on its port, the failed episodes are played
+    again (rollout.episode_retries), and every sample of every task comes back whole."""
+    import itertools
+    import os
+    import signal
+
+    from agentgym_rl.envs.spawned import SpawnedServers
+
+    servers = SpawnedServers("textcraft", {"variant": 0}, 2, probe_every=0.2)
+    try:
+        calls, killed = itertools.count(1), []
+
+        class KillingExpert(EnvExpert):
+            def act(self, env):
+                if next(calls) == 6:  # a few episodes are in flight on each server by now
+                    os.kill(servers.pid(0), signal.SIGKILL)
+                    killed.append(True)
+                return super().act(env)
+
+        expert = KillingExpert()
+        tasks = registry.tasks("textcraft", "test")[:4]
+        config = RolloutConfig(episode_retries=5, env_workers=4)
+        with RolloutEngine(servers.factory(timeout=10), config) as engine:
+            played = engine.run(tasks, expert, 20, samples=2)
+            retried = engine.retried
+        assert killed and retried > 0
+        assert [t.group for t in played] == [0, 0, 1, 1, 2, 2, 3, 3]
+        assert all(t.error is None and t.success for t in played)
+        deadline = time.monotonic() + 60
+        while servers.restarts == 0 or not servers._healthy(0):
+            assert time.monotonic() < deadline, "the killed server was not restarted"
+            time.sleep(0.2)
+        assert httpx.get(f"{servers.urls[0]}/v1/status").status_code == 401  # its token guards it again
+    finally:
+        servers.close()
+
+
+def test_rl_plays_on_servers_it_spawns_and_stops_them(tmp_path):
+    """env.spawn_servers: the run starts its own TextCraft servers, plays its rollouts there,
+    logs env/server_restarts, and stops them when it ends."""
+    import json
+    from pathlib import Path
+
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train.rl import RLTrainer
+
+    toy = ["model.tiny.hidden_size=32", "model.tiny.num_layers=1", "model.tiny.num_heads=2",
+           "model.tiny.num_kv_heads=1", "model.tiny.intermediate_size=64", "model.tiny.vocab_size=320",
+           "warmup.episodes=0", "model.corpus_episodes=4", "algo.tasks_per_step=2", "algo.group_size=2",
+           "rollout.max_new_tokens=6", "schedule.horizons=[2]", "train.steps=1", "train.validate_every=0",
+           "optim.micro_batch_size=2", "env.spawn_servers=1", "rollout.episode_retries=2",
+           f"run.output_dir={tmp_path}"]
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    trainer = RLTrainer(load_config(RLConfig, configs / "textcraft_grpo.yaml", toy), log=lambda _: None)
+    process = trainer.servers._processes[0]
+    trainer.fit()
+    rows = [json.loads(line) for line in (tmp_path / "textcraft_grpo" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["env/server_restarts"] == 0 and rows[-1]["rollout/retried_episodes"] == 0
+    assert rows[-1]["train/errors"] == 0
+    assert process.poll() is not None  # stopped with the run
+    with pytest.raises(UserError, match="spawn_servers starts the run's own servers"):
+        load_config(RLConfig, configs / "textcraft_grpo.yaml", ["env.spawn_servers=1", "env.urls=[http://x:1]"])

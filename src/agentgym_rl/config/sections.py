@@ -88,10 +88,19 @@ class EnvConfig:
     server_timeout: PositiveFloat = 60.0
     """Seconds an environment server may take to answer one call; an episode whose call times
     out ends as failed (recorded with the reason, left out of the update)."""
+    spawn_servers: NonNegative = 0
+    """RL: start this many environment servers (`serve-env` processes on loopback, with `kwargs`
+    and a token of the run's own) and play on them (0: in process, or on `urls`). A server that
+    exits or stops answering /health is started again and counted (`env/server_restarts`); with
+    `rollout.episode_retries` its episodes in flight are played again, so groups stay whole."""
     invalid_action_penalty: NonNegativeFloat = 0.0
     """Training rollouts only (RL's, and the samples DPO pairs and RFT filters): subtract this
     from the reward of each step the environment marks invalid (`envs.wrappers.InvalidActionPenalty`).
     Validation and evaluation keep the environment's own reward."""
+
+    def __post_init__(self) -> None:
+        if self.spawn_servers and self.urls:
+            raise ValueError("env.spawn_servers starts the run's own servers; leave env.urls empty with it")
 
 
 @dataclass(config=SECTION)

@@ -271,6 +271,10 @@ class RolloutEngine:
 
     def _step(self, episode: _Episode, reply: Reply, policy: Policy, max_turns: int) -> None:
         record = episode.record
+        if reply.error is not None:  # the environment failed while the policy asked it
+            record.error = reply.error
+            self._finish(episode)
+            return
         message = {"role": "assistant", "content": reply.text}
         record.messages.append(message if reply.trained else {**message, "loss": False})
         locate = self.config.locate_wrong_tokens and policy.encoder is not None

@@ -12,13 +12,14 @@ The engine asks only for this protocol; it never checks which kind of policy it 
 
 from __future__ import annotations
 
+import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
-from ..envs.base import TextEnv
+from ..envs.base import EnvStateError, TextEnv
 from ..errors import UserError
 
 
@@ -32,6 +33,8 @@ class Reply:
         finished: a stop token ended it (False: it hit the token limit).
         trained: False marks a reply kept in a demonstration as context only (its message gets
             AgentGym's `"loss": false`): a perturbation the expert then recovers from.
+        error: why no reply could be made (the environment failed when a text policy asked it,
+            e.g. its server went away): the engine ends that episode as failed.
     """
 
     text: str
@@ -39,6 +42,7 @@ class Reply:
     logprobs: list[float] = field(default_factory=list)
     finished: bool = True
     trained: bool = True
+    error: str | None = None
 
 
 class Policy(Protocol):
@@ -134,7 +138,15 @@ class TextPolicy(ABC):
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
             conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
-        return [Reply(self.reply(env)) for env in envs]
+        replies = []
+        for env in envs:
+            try:
+                replies.append(Reply(self.reply(env)))
+            except (UserError, EnvStateError):  # a mistake of the caller's, not of this episode's environment
+                raise
+            except Exception as error:  # noqa: BLE001 — the environment failed while asked: that episode fails
+                replies.append(Reply("", error=traceback.format_exception_only(type(error), error)[-1].strip()))
+        return replies
 
     @abstractmethod
     def reply(self, env: TextEnv) -> str:

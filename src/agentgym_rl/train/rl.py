@@ -154,7 +154,16 @@ class RLTrainer(Trainer):
                 raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} asks for {quota} distinct tasks "
                                 f"a step from the {len(pool)} {config.env.train_split} tasks{where}")
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)[: config.eval.episodes]
-        make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls, config.env.server_timeout)
+        self.servers = None  # the run's own env servers (`env.spawn_servers`)
+        if config.env.spawn_servers:
+            from ..envs.spawned import SpawnedServers
+
+            registry.env_factory(config.env.id, config.env.kwargs)  # bad arguments: an error here, not in a server
+            self.servers = SpawnedServers(config.env.id, config.env.kwargs, config.env.spawn_servers, log=self.log)
+            make_env = self.servers.factory(config.env.server_timeout)
+        else:
+            make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls,
+                                            config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.right_token_coef > 0)
@@ -332,6 +341,8 @@ class RLTrainer(Trainer):
             self.log = outer_log
             self.engine.close()
             self.val_engine.close()
+            if self.servers is not None:
+                self.servers.close()
             if self.workers is not None:
                 self.workers.close()
             self.metrics.close()
@@ -386,6 +397,8 @@ class RLTrainer(Trainer):
             tasks = self.refill_tasks(step, rounds, missing, played_tasks)
         metrics = {"rollout/retried_episodes": self.engine.retried - retried} if self.config.rollout.episode_retries \
             else {}
+        if self.servers is not None:  # over the run so far
+            metrics["env/server_restarts"] = self.servers.restarts
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, "sampling/refill_rounds": rounds,
