@@ -127,6 +127,20 @@ def test_the_env_answers_every_kind_of_reply():
         SearchEnv(top_k=0)
 
 
+def test_a_snapshot_carries_the_question_and_what_was_found():
+    env = SearchEnv()
+    env.reset(3)
+    env.step(env.expert_action())
+    state, next_reply = env.snapshot(), env.expert_action()  # the second hop's search needs the first's documents
+    fork = SearchEnv()
+    fork.restore(state)
+    assert fork.question == env.question and fork.expert_action() == next_reply
+    assert fork.step(next_reply) == env.step(next_reply)
+    env.reset(5)
+    env.restore(state)
+    assert env.question == fork.question and len(env.found) == 1
+
+
 def test_bad_output_is_feedback_never_an_exception():
     from test_bad_output import BAD
 

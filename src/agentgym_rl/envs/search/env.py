@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .. import snapshots
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..tasks import Task
 from .answers import exact_match, f1_score
@@ -216,6 +217,17 @@ class SearchEnv(TextEnv):
             self._done = True
             return f"Your answer {text!r} is correct.", 1.0, True, False, info
         return f"Your answer {text!r} is not correct. Search more, or answer again.", 0.0, False, False, info
+
+    def snapshot(self) -> bytes:
+        """The question, the documents each search found, and the episode's info (the retriever
+        and its index are the instance's own, built from the same arguments)."""
+        if self.question is None:
+            raise EnvStateError("call reset before snapshot")
+        return snapshots.dump(self.env_id, (self.question, self.found, self._done, dict(self._info)))
+
+    def restore(self, state: bytes) -> None:
+        self.question, found, self._done, info = snapshots.load(self.env_id, state)
+        self.found, self._info = [list(docs) for docs in found], dict(info)
 
     def expert_action(self) -> str | None:
         """Follow the question's hops with real searches (`expert.search_expert_reply`); None
