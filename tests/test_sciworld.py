@@ -136,6 +136,18 @@ def test_check_env_passes(env):
     check_env(env, item_id=LIFESPAN_ITEM)
 
 
+def test_a_snapshot_is_a_replay_that_reaches_the_same_state(env):
+    env.reset(3)
+    for _ in range(4):
+        env.step(env.expert_action())
+    state, action = env.snapshot(), env.expert_action()
+    after = env.step(action)
+    env.reset(7)  # another task in between: the restore loads the snapshot's own
+    env.restore(state)
+    again = env.step(action)
+    assert again[0] == after[0] and again[1:4] == after[1:4] and again[4]["score"] == after[4]["score"]
+
+
 def test_reset_observation_and_info(env):
     obs, info = env.reset(f"sciworld_{LIFESPAN_ITEM}")
     description, look = obs.split("\n", 1)

@@ -184,7 +184,7 @@ class RolloutConfig:
     continue from copies of it, so the samples share those turns and differ only after them
     (their outcomes then compare what was done from one state). A sample whose trunk ended
     sooner is played from the start instead. Needs an environment that snapshots (BabyAI,
-    TextCraft, Deep Search, a mix of them); the branches may briefly exceed `max_envs`."""
+    TextCraft, Deep Search, SciWorld by replay, a mix of them); the branches may briefly exceed `max_envs`."""
     max_envs: NonNegative = 0
     """Most environments alive at once (0: the smallest of the environment's own limit, the
     batch a model policy keeps its KV cache for, 128, and the episodes whose caches fit

@@ -49,6 +49,7 @@ from typing import Any, TypeVar
 
 from py4j.protocol import Py4JError, Py4JJavaError
 
+from .. import snapshots
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..parsing import extract_action
 from .items import SciTask, item_task, sciworld_tasks
@@ -218,6 +219,28 @@ class SciWorldEnv(TextEnv):
         invalid = is_failure_message(obs)
         reward = 0.0 if invalid else self._reward(previous, score)  # a rejected action earns nothing
         return obs, reward, terminated, False, self._step_info(score, invalid=invalid, success=success)
+
+    def snapshot(self) -> bytes:
+        """A replay, not the simulator's memory (ScienceWorld cannot save its state): the task,
+        the commands sent so far and the episode's bookkeeping. `restore` loads the task and
+        sends the commands again, which costs a step per command taken (~1 ms each) and reaches
+        the same state because the simulator is deterministic (checked: the last answer must
+        come back the same)."""
+        if self.task is None:
+            raise EnvStateError("call reset before snapshot")
+        return snapshots.dump(self.env_id, {
+            "task": self.task, "variation": self.variation, "sent": list(self._sent), "actions": list(self._actions),
+            "last_raw": self._last_raw, "awaiting_choice": self._awaiting_choice, "score": self._score,
+            "paid": self._paid, "done": self._done, "info": dict(self._info)})
+
+    def restore(self, state: bytes) -> None:
+        saved = snapshots.load(self.env_id, state)
+        self.task, self.variation = saved["task"], saved["variation"]
+        self._sent, self._actions, self._gold = list(saved["sent"]), list(saved["actions"]), None
+        self._last_raw, self._awaiting_choice = saved["last_raw"], saved["awaiting_choice"]
+        self._score, self._paid, self._done, self._info = saved["score"], saved["paid"], saved["done"], dict(saved["info"])
+        self.episode += 1
+        self._call(lambda server: self._restore(server, gold=False, verify=True))
 
     def expert_action(self) -> str | None:
         """The next action of the task's gold path not yet taken (`expert.SciWorldExpert`)."""
