@@ -70,10 +70,11 @@ def parse_members(members: Any) -> list[Member]:
     return parsed
 
 
-def check_members(members: Any) -> int:
+def check_members(members: Any = None) -> int:
     """Build and close each member once, so that a bad argument of one is an error before any work
-    (`registry.env_factory`, as it does for one environment). Returns the fewest instances a
-    member allows alive at once (`EnvSpec.max_parallel`; 0: no limit), which the mix then keeps."""
+    (the mix's `EnvSpec.check_entry_point`, run by `registry.env_factory`). Returns the fewest
+    instances a member allows alive at once (`EnvSpec.max_parallel`; 0: no limit), which the
+    mix then keeps."""
     from . import registry
 
     limits = []

@@ -43,6 +43,10 @@ class EnvSpec:
             such environments are left out of what runs by default (`bench-agent`).
         state_keys: its infos carry `state_key`, naming the true state (`TextEnv`); GiGPO's
             step level needs it, and falls back to the episode level without.
+        check_entry_point: "module:function", function(**kwargs) -> int | None, run by
+            `env_factory` before any work for what building one instance does not check (a mix
+            builds each member once): it raises ValueError or TypeError on a bad argument, and
+            may return the most instances to keep alive at once (None: `max_parallel`).
     """
 
     env_id: str
@@ -56,6 +60,7 @@ class EnvSpec:
     augment_entry_point: str | None = None
     requires: str | None = None
     state_keys: bool = False
+    check_entry_point: str | None = None
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -102,13 +107,12 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
         return _ray_factory(env_id, kwargs, list(urls), timeout)
     if urls:
         return _remote_factory(env_id, kwargs, list(urls), timeout)
-    max_parallel = spec(env_id).max_parallel
+    env_spec = spec(env_id)
+    max_parallel = env_spec.max_parallel
     try:
         make(env_id, **kwargs).close()
-        if env_id == "mix":  # its members are built on their first task: check them now
-            from .mix import check_members
-
-            max_parallel = check_members(kwargs.get("members"))
+        if env_spec.check_entry_point:  # what building one instance does not check (a mix's members)
+            max_parallel = load_entry_point(env_spec.check_entry_point)(**kwargs) or max_parallel
     except (TypeError, ValueError) as error:  # an unknown argument, or a bad value of one
         raise UserError(f"bad arguments for environment {env_id!r}: {error}") from None
 
@@ -321,6 +325,7 @@ register(
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         state_keys=True,  # those of its members that name their states
         requires="env.kwargs.members: the environments it mixes",
+        check_entry_point="agentgym_rl.envs.mix:check_members",
     )
 )
 
