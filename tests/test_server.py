@@ -101,6 +101,8 @@ def test_snapshots_over_http_fork_episodes_and_only_signed_ones_are_restored(bab
     assert answer.status_code == 422 and "signature" in answer.json()["detail"]
     with pytest.raises(ValueError, match="signature"):
         second.restore(state[:-1] + b"x")
+    first.close()  # the server is the module's: leave it no instance
+    second.close()
     # Another server restores it only when it shares the key.
     with serving("babyai", snapshot_key=b"k" * 32) as keyed, serving("babyai", snapshot_key=b"k" * 32) as twin:
         one, other = HttpEnv(keyed), HttpEnv(twin)
