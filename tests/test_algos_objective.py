@@ -22,7 +22,8 @@ def inputs(**changes):
     continuations have probability ½ at the second token: −ln ½ = ln 2."""
     logprobs = torch.tensor([[-1.0, -2.0, 0.0]], requires_grad=True)
     values = torch.tensor([[1.0, 1.0, 0.0]], requires_grad=True)
-    base = {"logprobs": logprobs, "old_logprobs": logprobs.detach().clone(), "advantages": torch.tensor([[1.0, 2.0, 0.0]]),
+    base = {"logprobs": logprobs, "old_logprobs": logprobs.detach().clone(),
+            "advantages": torch.tensor([[1.0, 2.0, 0.0]]),
             "mask": torch.tensor([[1.0, 1.0, 0.0]]), "ref_logprobs": logprobs.detach() - LN2,
             "values": values, "old_values": values.detach().clone(), "returns": torch.tensor([[0.0, 2.0, 0.0]]),
             "entropy": torch.tensor([[1.0, 3.0, 0.0]], requires_grad=True),

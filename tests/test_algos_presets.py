@@ -101,7 +101,8 @@ def test_presets_are_frozen_and_validated():
         spec.clip_eps = 0.3
     with pytest.raises(TypeError):
         ALGORITHMS["mine"] = spec
-    with pytest.raises(ValueError, match="unknown algorithm 'gae'; registered: gigpo, grpo, loop, ppo, reinforce\\+\\+, rloo"):
+    with pytest.raises(ValueError,
+                       match="unknown algorithm 'gae'; registered: gigpo, grpo, loop, ppo, reinforce\\+\\+, rloo"):
         get_algorithm("gae")
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         AlgorithmSpec("x", "ppo", "")

@@ -52,8 +52,9 @@ def algos(settings: bool = typer.Option(False, "--settings", help="Also print ea
         spec = get_algorithm(name)
         typer.echo(f"{name}: {spec.summary}")
         for key in SETTING_DOCS:
-            value = getattr(spec, key)  # as YAML writes it
-            typer.echo(f"  algo.{key}: {'null' if value is None else str(value).lower() if isinstance(value, bool) else value}")
+            value = getattr(spec, key)
+            shown = "null" if value is None else str(value).lower() if isinstance(value, bool) else value  # as YAML
+            typer.echo(f"  algo.{key}: {shown}")
 
 
 models_app = typer.Typer(no_args_is_help=True, help="Pretrained models by name: list them, prepare one.")

@@ -86,7 +86,8 @@ def kl_loss(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, kind: str = "k
 
 
 @register_loss("kl")
-def kl_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, *, kl_estimator: str = "k3") -> tuple[Tensor, Metrics]:
+def kl_term(logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor, *,
+            kl_estimator: str = "k3") -> tuple[Tensor, Metrics]:
     """`kl_loss` as a loss term of the objective (`algos.objective`): (loss, {"kl": its value})."""
     loss = kl_loss(logprobs, ref_logprobs, mask, kind=kl_estimator)
     return loss, {"kl": loss.item()}

@@ -65,7 +65,7 @@ class SpawnedServers:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._probe_every, self._unanswered = probe_every, unanswered
-        # The servers go with this object, or with the interpreter, whichever ends first.
+        # The servers stop with `close()`, or else when the interpreter exits.
         self._finalizer = weakref.finalize(self, _kill_all, self._processes)
         for index in range(count):
             self._start(index)
@@ -77,8 +77,9 @@ class SpawnedServers:
     # -------------------------------------------------------------------------- servers
     def _command(self, index: int) -> list[str]:
         args = [sys.executable, "-m", "agentgym_rl.cli", "serve-env", self.env_id, "--port", str(self.ports[index])]
-        for key, value in self.kwargs.items():
-            args += ["--env-arg", f"{key}={yaml.safe_dump(value, default_flow_style=True).strip().removesuffix('...').strip()}"]
+        for key, value in self.kwargs.items():  # as YAML on one line, which --env-arg reads back
+            flow = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+            args += ["--env-arg", f"{key}={flow}"]
         return args
 
     def _start(self, index: int) -> None:

@@ -84,7 +84,8 @@ def training_figure(rows: list[dict], title: str) -> Any:
             return False
         if window > 1:
             ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-        ax.plot(steps, trailing_mean(values, window), color=color, label=label + mean_label, **{"linewidth": 2, **style})
+        ax.plot(steps, trailing_mean(values, window), color=color, label=label + mean_label,
+                **{"linewidth": 2, **style})
         return True
 
     trend(success_ax, "train/success", "tab:blue", "train success")

@@ -238,7 +238,8 @@ class SciWorldEnv(TextEnv):
         self.task, self.variation = saved["task"], saved["variation"]
         self._sent, self._actions, self._gold = list(saved["sent"]), list(saved["actions"]), None
         self._last_raw, self._awaiting_choice = saved["last_raw"], saved["awaiting_choice"]
-        self._score, self._paid, self._done, self._info = saved["score"], saved["paid"], saved["done"], dict(saved["info"])
+        self._score, self._paid, self._done = saved["score"], saved["paid"], saved["done"]
+        self._info = dict(saved["info"])
         self.episode += 1
         self._call(lambda server: self._restore(server, gold=False, verify=True))
 
