@@ -508,13 +508,6 @@ def reinforce_pp_advantages(
 # ------------------------------------------------------------------------ step level
 
 
-def _turn_starts(mask: Tensor) -> Tensor:
-    """(B, T) bool: True at the first token of each run of action tokens (each turn)."""
-    previous = torch.zeros_like(mask)
-    previous[:, 1:] = mask[:, :-1]
-    return mask & ~previous
-
-
 @register_advantage("gigpo")
 def gigpo_advantages(
     rewards: Tensor,
@@ -579,7 +572,10 @@ def gigpo_advantages(
     episode = grpo_advantages(rewards, group_ids, normalize_std=normalize_std, eps=eps)
     advantages = broadcast_to_tokens(episode.advantages, m)
     turns = turn_ids_from_mask(m)
-    rows, columns = _turn_starts(m).nonzero(as_tuple=True)  # one entry per turn
+    # One entry per turn, at its first token: where the turn id differs from the token before's.
+    before = torch.full_like(turns, -1)
+    before[:, 1:] = turns[:, :-1]
+    rows, columns = ((turns >= 0) & (turns != before)).nonzero(as_tuple=True)
     turn = turns[rows, columns]
     last_turn = turns.max(dim=-1).values if m.shape[1] else turns.new_zeros(m.shape[0])
     returns = rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
