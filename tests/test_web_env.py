@@ -10,10 +10,11 @@ import json
 import logging
 import os
 import signal
+import time
 
 import pytest
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from agentgym_rl.envs import registry
@@ -167,6 +168,32 @@ def test_webarena_task_configs_run_against_a_site_base_url(tmp_path, caplog):
         assert env.step("```stop []```")[1] == 0.0  # still on the order list
     with pytest.raises(ValueError, match="site_urls"):
         WebEnv(task_file=str(tmp_path / "tasks.json")).reset(0)
+
+
+def test_a_page_still_loading_is_observed_once_loaded(tmp_path):
+    """A navigation that overtakes `_settled` (CI once read a search URL with the search form's
+    tree) is observed whole: the read waits for the document's load."""
+    async def slow(request):
+        async def body():
+            yield b"<html><body><a href='/a'>First</a>" + b" " * 4096  # enough for the parser to show it
+            time.sleep(1.0)  # the server's own thread: the browser sees a document still loading
+            yield b"<a href='/b'>Last</a></body></html>"
+        return StreamingResponse(body(), media_type="text/html")
+
+    site = SiteServer(Starlette(routes=[Route("/", lambda request: HTMLResponse("<p>Start</p>")),
+                                        Route("/slow", slow)]), "slow")
+    config = {"sites": ["shopping"], "start_url": "__SHOPPING__/", "intent": "Look",
+              "eval": {"eval_types": ["url_match"], "reference_url": "__SHOPPING__/slow"}}
+    (tmp_path / "0.json").write_text(json.dumps(config))
+    try:
+        with WebEnv(task_file=str(tmp_path), site_urls={"shopping": site.url}) as env:
+            env.reset(0)
+            env._run(lambda: env._pages()[0].goto(f"{site.url}/slow", wait_until="commit"), 10)
+            observation = env._observe()
+    finally:
+        site.close()
+    assert f"URL: {site.url}/slow" in observation and "link 'First'" in observation
+    assert "link 'Last'" in observation
 
 
 def test_fuzzy_match_asks_an_openai_compatible_judge(tmp_path):

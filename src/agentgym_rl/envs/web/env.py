@@ -57,6 +57,8 @@ VIEWPORT = {"width": 1280, "height": 900}
 NAVIGATION_GRACE = 0.3
 """Seconds to wait after an action for a navigation the renderer did not request while handling
 it (one a script starts later) before treating the page as settled (`WebEnv._settled`)."""
+READ_ATTEMPTS = 3
+"""Reads of a page's accessibility tree before it is observed as it stands (`WebEnv._loaded_tree`)."""
 
 
 class EmbeddedSites:
@@ -322,7 +324,7 @@ class WebEnv(TextEnv):
         return self._browsing.context.pages
 
     def _observe(self, feedback: str = "") -> str:
-        page_text, tabs, url = self._run(self._read_page, self.timeout)
+        page_text, tabs, url = self._run(self._read_page, self.timeout * 2)
         lines = [feedback] if feedback else []
         lines += [f"Objective: {self._task['intent']}", f"URL: {url}", f"Open tabs: {tabs}",
                   page_text, f"Previous action: {self._previous_action}"]
@@ -411,13 +413,35 @@ class WebEnv(TextEnv):
         self._browsing.active = min(self._browsing.active, len(pages) - 1)
         page = pages[self._browsing.active]
         session = self._browsing.sessions.get(page) or await self._open_session(page)
-        tree = await session.send("Accessibility.getFullAXTree")
+        tree = await self._loaded_tree(page, session)
         self._browsing.page = render_axtree(tree["nodes"])
         titles = []
         for number, other in enumerate(pages):
             current = " (current)" if number == self._browsing.active else ""
             titles.append(f"[{number}] {await other.title() or other.url}{current}")
         return self._browsing.page.text, " | ".join(titles), page.url
+
+    async def _loaded_tree(self, page: Any, session: Any) -> dict:
+        """The accessibility tree of `page`'s current document once it has loaded.
+
+        `_settled` waits for the navigations an action starts, but one can still overtake the
+        read on a loaded machine (CI once saw a search URL with the search form's tree): a read
+        while the document was loading, or across a change of URL, waits for the load and is
+        made again (`READ_ATTEMPTS` times at most)."""
+        for _ in range(READ_ATTEMPTS):
+            url = page.url
+            try:
+                state = await page.evaluate("document.readyState")
+            except Exception:  # the document went away under the call: a navigation committed
+                state = "navigating"
+            tree = await session.send("Accessibility.getFullAXTree")
+            if state == "complete" and page.url == url:
+                break
+            try:
+                await page.wait_for_load_state("load", timeout=self.timeout * 1000 / READ_ATTEMPTS)
+            except Exception:  # a page that never finishes loading is observed as it stands
+                break
+        return tree
 
     async def _screenshot(self) -> bytes:
         return await self._pages()[self._browsing.active].screenshot()
