@@ -131,6 +131,10 @@ class TrainLoopConfig:
     """Write a checkpoint every k steps, and after the last."""
     save_trajectories: bool = True
     """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
+    asynchronous: bool = False
+    """Play the next steps' rollouts in a thread while the learner updates, from weights at most
+    `rollout.max_staleness` updates old (`train/asynchronous.py`); the generator keeps its own
+    copy of the trainable weights. Not with torchrun, Ray workers or the vLLM generator yet."""
 
 
 @dataclass(config=SECTION)

@@ -185,6 +185,12 @@ class RolloutConfig:
     (their outcomes then compare what was done from one state). A sample whose trunk ended
     sooner is played from the start instead. Needs an environment that snapshots (BabyAI,
     TextCraft, Deep Search, SciWorld by replay, a mix of them); the branches may briefly exceed `max_envs`."""
+    max_staleness: NonNegative = 1
+    """With `train.asynchronous`: how many updates older than its step the weights that play a
+    step may be (its episodes are played ahead while the learner updates). 0 waits for every
+    update: the synchronous run. Importance weights against the generator's logprobs correct
+    the off-policy tokens with `algo.recompute_old_logprobs` and `algo.tis_cap`; without
+    recomputing, the generator's logprobs are PPO's old ones and its ratio corrects them."""
     max_envs: NonNegative = 0
     """Most environments alive at once (0: the smallest of the environment's own limit, the
     batch a model policy keeps its KV cache for, 128, and the episodes whose caches fit

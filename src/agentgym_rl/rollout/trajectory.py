@@ -40,6 +40,8 @@ class Trajectory:
         state_keys: one per turn, the environment's name for the state its action was taken from
             (`info["state_key"]` of the reset or the step before), "" when it gives none.
         error: why the episode failed to run (an exception in the env), else None.
+        policy_version: in an RL run, how many updates the weights that sampled it had had
+            (the step, unless `train.asynchronous` played it ahead with older ones).
     """
 
     env_id: str
@@ -60,6 +62,7 @@ class Trajectory:
     right_tokens: list[list[int]] = field(default_factory=list)
     state_keys: list[str] = field(default_factory=list)
     error: str | None = None
+    policy_version: int | None = None
 
     @property
     def reward(self) -> float:

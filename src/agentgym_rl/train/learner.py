@@ -261,6 +261,29 @@ class Learner:
             sharding.load_optimizer_state(self._named(), self.optimizer, state)
         self.sharded = True
 
+    def detach_rollout_model(self) -> int:
+        """Give rollouts a model of their own (`train.asynchronous`: they sample while the
+        learner updates): a copy of the trainable weights, the frozen ones (a LoRA model's base)
+        shared rather than copied. Returns the bytes the copy adds."""
+        shared = {id(tensor): tensor for tensor in [*self.model.parameters(), *self.model.buffers()]
+                  if not tensor.requires_grad}
+        # The copy keeps requires_grad as it is (no optimizer holds its parameters, so they get no
+        # gradients): torch's CPU kernels round a frozen weight's products differently (~5e-7 in
+        # logprobs), and the generator must sample what it would from the learner's own model.
+        self.rollout_model = copy.deepcopy(self.model, memo=dict(shared))
+        return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the weights training changes, by parameter name (for `load_rollout_state`)."""
+        return {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def load_rollout_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Put `trainable_state()`'s weights into the detached `rollout_model`."""
+        for name, parameter in self.rollout_model.named_parameters():
+            if name in state:
+                parameter.copy_(state[name])
+
     def gather_weights(self) -> Any:
         """`rollout_model` holding the current weights (with `shard()`, gathered from every rank:
         a collective all ranks call together)."""

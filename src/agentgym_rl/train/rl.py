@@ -28,6 +28,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
+from .asynchronous import RolloutsAhead, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
 from .session import Session, Trainer
@@ -129,6 +130,13 @@ class RLTrainer(Trainer):
                             "no task: use at least one task per rank")
         if self.rank > 0:
             self.log = lambda line: None  # rank 0 reports
+        if config.train.asynchronous:
+            alongside = ("torchrun" if self.world > 1 else "Ray rollout workers (rollout.workers)"
+                         if config.rollout.workers else "rollout.generator: vllm"
+                         if config.rollout.generator == "vllm" else None)
+            if alongside:
+                raise UserError(f"train.asynchronous does not run with {alongside} yet: "
+                                "drop one of the two")
         self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
@@ -219,8 +227,14 @@ class RLTrainer(Trainer):
             distributed.broadcast(start)  # the other ranks wait for it in `_join_rank_zero`
         if distributed.in_group() and cfg.run.parallel == "fsdp":  # every rank now holds the same state
             self.learner.shard()
+        if cfg.train.asynchronous:
+            added = self.learner.detach_rollout_model()
+            self.log(f"asynchronous rollouts, at most {cfg.rollout.max_staleness} updates stale: the generator "
+                     f"holds its own copy of the trainable weights ({added / 2**20:.1f} MB)")
         self.policy = self.session.policy(cfg.algo.temperature)
-        self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only)
+        # Validation samples the learner's current weights (the generator's may be older).
+        self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only,
+                                              model=self.learner.model if cfg.train.asynchronous else None)
         if cfg.rollout.workers:
             self.workers = self._start_workers()
         if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes
@@ -281,6 +295,7 @@ class RLTrainer(Trainer):
         start = self._setup(resume)
         validations = []
         idle: dict[int, str] = {}  # step -> why it updated nothing
+        ahead, stale = None, []  # with train.asynchronous: the rollouts played ahead; each step's staleness
         outer_log = self.log
         try:
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
@@ -294,16 +309,33 @@ class RLTrainer(Trainer):
                         outer_log(line)
 
                 self.log = above_bar
+            if cfg.train.asynchronous:
+                ahead = RolloutsAhead(lambda s: self._play_step(s, self.schedule.horizon(s)),
+                                      self._load_generator, start, cfg.train.steps, cfg.rollout.max_staleness,
+                                      torch.get_num_threads())
             for step in bar:
                 horizon = self.schedule.horizon(step)
-                began = time.time()
-                trajectories, sampling_metrics = self._play_step(step, horizon)
+                if ahead is None:
+                    began = time.time()
+                    trajectories, sampling_metrics = self._play_step(step, horizon)
+                    for trajectory in trajectories:
+                        trajectory.policy_version = step
+                    rollout_s, timing = time.time() - began, {}
+                else:
+                    played = ahead.take(step)
+                    trajectories, sampling_metrics, rollout_s = played.trajectories, played.metrics, played.rollout_s
+                    stale.append(step - played.version)
+                    sampling_metrics = {**sampling_metrics, "async/staleness": step - played.version}
+                    timing = {"time/wait_s": played.waited_s}
                 rolled = time.time()
                 update_metrics = {**sampling_metrics, **self.update(trajectories, step)}
-                weights = self.learner.gather_weights()
-                for policy in (self.policy, self.val_policy, self.workers):  # the generators sample the new weights
-                    if policy is not None:
-                        policy.sync_weights(weights)
+                if ahead is None:
+                    weights = self.learner.gather_weights()
+                    for policy in (self.policy, self.val_policy, self.workers):  # the generators sample the new weights
+                        if policy is not None:
+                            policy.sync_weights(weights)
+                else:  # the generator loads them between its steps; validation samples the learner's own
+                    self.val_policy.sync_weights(self.learner.model)
                 save = (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
@@ -315,8 +347,8 @@ class RLTrainer(Trainer):
                     "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
                     "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
                     "train/errors": stats["errors"], **update_metrics,
-                    "time/rollout_tokens_per_s": generated / max(rolled - began, 1e-9),
-                    "time/rollout_s": rolled - began, "time/update_s": time.time() - rolled,
+                    "time/rollout_tokens_per_s": generated / max(rollout_s, 1e-9),
+                    "time/rollout_s": rollout_s, "time/update_s": time.time() - rolled, **timing,
                     **(per_env_metrics("train", stats) if self.mixed else {}),
                 }
                 self.metrics.log(step + 1, step_metrics)
@@ -332,6 +364,8 @@ class RLTrainer(Trainer):
                     validations.append(self.validate(step + 1))
                 if save:
                     self.save(step + 1)
+                if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
+                    ahead.publish(step + 1, self.learner.trainable_state())
         except OSError as error:
             if error.errno not in DISK_ERRORS:
                 raise
@@ -339,6 +373,8 @@ class RLTrainer(Trainer):
                 from None
         finally:  # the environments kept for reuse (JVMs, server instances) go with the run
             self.log = outer_log
+            if ahead is not None:  # before its environments close
+                ahead.close()
             self.engine.close()
             self.val_engine.close()
             if self.servers is not None:
@@ -352,7 +388,15 @@ class RLTrainer(Trainer):
                      "'no update' lines above")
         else:
             self.log(f"all {ran} steps updated the policy")
+        if stale:
+            counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(stale).items())
+            self.log(f"steps trained on data {counts}")
         return validations
+
+    def _load_generator(self, weights: dict[str, torch.Tensor]) -> None:
+        """Published weights into the generator's own copy (`train.asynchronous`, in its thread)."""
+        self.learner.load_rollout_state(weights)
+        self.policy.sync_weights(self.learner.rollout_model)  # its KV cache held the old weights' keys
 
     def sample_tasks(self, step: int) -> list:
         """The tasks of a step: a pure function of (seed, step), so resume replays them. In a mix,

@@ -167,13 +167,14 @@ class Session:
         return cls(config, run_dir, model, tokenizer, learner, metrics, device, log, writes=writes)
 
     # ------------------------------------------------------------- using the model
-    def policy(self, temperature: float, listed_actions_only: bool = False) -> ModelPolicy:
+    def policy(self, temperature: float, listed_actions_only: bool = False, model: Any = None) -> ModelPolicy:
         """The model as a rollout policy sampling at `temperature` (0: greedy), through
         `rollout.generator`; the trainer syncs the generator's weights after every update.
-        `listed_actions_only`: for evaluation (see `ModelPolicy`)."""
+        `listed_actions_only`: for evaluation (see `ModelPolicy`). `model`: the module to sample
+        from (default: the learner's `rollout_model`)."""
         engine = self._vllm() if self.config.rollout.generator == "vllm" else None
-        return model_policy(self.learner.rollout_model, self.tokenizer, temperature, self.config.rollout,
-                            listed_actions_only, vllm_engine=engine)
+        return model_policy(self.learner.rollout_model if model is None else model, self.tokenizer, temperature,
+                            self.config.rollout, listed_actions_only, vllm_engine=engine)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""

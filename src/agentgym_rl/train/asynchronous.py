@@ -1,0 +1,132 @@
+"""Rollouts played ahead of the learner, in a thread, with a bound on how stale they may be
+(`train.asynchronous`, `rollout.max_staleness`).
+
+Versions count the learner's updates: the weights after step t's update are version t + 1, and
+a synchronous run samples step s with version s. Here step s may be played as soon as version
+s - k is out, so while the learner updates on step s the generator already plays s + 1 .. s + k
+with the newest weights it has; the data of step s is then at most k versions old. The
+generator holds its own copy of the weights (`Learner.detach_rollout_model`), loaded only
+between its steps, so an update never changes a model mid-episode. With k = 0 the generator
+waits for every update, which is the synchronous run, one step after another.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..rollout.trajectory import Trajectory
+
+
+@dataclass
+class PlayedStep:
+    """One step's episodes as the generator played them.
+
+    Attributes:
+        step: the 0-based training step they are for.
+        trajectories, metrics: what `RLTrainer._play_step` returns.
+        version: the policy version (updates applied) whose weights sampled every token.
+        rollout_s: seconds the playing took.
+    """
+
+    step: int
+    trajectories: list[Trajectory]
+    metrics: dict[str, float]
+    version: int
+    rollout_s: float
+    waited_s: float = field(default=0.0)
+    """Seconds the learner waited for this step once it wanted it (set by `RolloutsAhead.take`)."""
+
+
+class RolloutsAhead:
+    """Plays steps `first`, `first` + 1, ... `last` - 1 in a background thread, step s as soon
+    as version s - `max_staleness` of the weights has been published, and hands them to the
+    learner in order.
+
+    Args:
+        play: plays one step: step -> (trajectories, metrics); runs in the thread.
+        load: puts published weights into the generator (between steps, in the thread).
+        first, last: the steps to play; the generator starts with version `first`.
+        max_staleness: k, how many versions older than its step a step's data may be.
+        threads: torch's CPU thread count in the thread (a new thread does not inherit the
+            caller's setting).
+    """
+
+    def __init__(self, play: Callable[[int], tuple[list[Trajectory], dict[str, float]]],
+                 load: Callable[[Any], None], first: int, last: int, max_staleness: int, threads: int):
+        if max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+        self._play, self._load = play, load
+        self._first, self._last, self.max_staleness, self._threads = first, last, max_staleness, threads
+        self._cond = threading.Condition()
+        self._version, self._weights = first, None  # the newest published, and its weights if not yet loaded
+        self._ready: dict[int, PlayedStep] = {}
+        self._error: BaseException | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="rollouts-ahead", daemon=True)
+        self._thread.start()
+
+    def publish(self, version: int, weights: Any) -> None:
+        """Weights of `version` (the learner's, copied: the learner goes on changing its own),
+        for the generator to load before its next step; a newer publication replaces one not
+        yet loaded."""
+        with self._cond:
+            self._version, self._weights = version, weights
+            self._cond.notify_all()
+
+    def take(self, step: int) -> PlayedStep:
+        """Step `step`'s episodes, waiting for them; raises what the generator raised instead
+        of playing them."""
+        began = time.perf_counter()
+        with self._cond:
+            while step not in self._ready and self._error is None:
+                self._cond.wait()
+            if step not in self._ready:  # the steps played before the failure are still handed over
+                raise self._error
+            played = self._ready.pop(step)
+        played.waited_s = time.perf_counter() - began
+        return played
+
+    def close(self) -> None:
+        """Stop after the step being played (if any) and wait for the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import torch
+
+        torch.set_num_threads(self._threads)
+        try:
+            for step in range(self._first, self._last):
+                with self._cond:
+                    while self._version < step - self.max_staleness and not self._closing:
+                        self._cond.wait()
+                    if self._closing:
+                        return
+                    version, weights, self._weights = self._version, self._weights, None
+                if weights is not None:
+                    self._load(weights)
+                began = time.perf_counter()
+                trajectories, metrics = self._play(step)
+                for trajectory in trajectories:
+                    trajectory.policy_version = version
+                played = PlayedStep(step, trajectories, metrics, version, time.perf_counter() - began)
+                with self._cond:
+                    self._ready[step] = played
+                    self._cond.notify_all()
+        except BaseException as error:  # noqa: BLE001 — the learner re-raises it from `take`
+            with self._cond:
+                self._error = error
+                self._cond.notify_all()
+
+
+def staleness_histogram(stalenesses: list[int]) -> dict[int, int]:
+    """How many steps were trained on data k versions old, for each k seen (ascending)."""
+    counts: dict[int, int] = {}
+    for value in sorted(stalenesses):
+        counts[value] = counts.get(value, 0) + 1
+    return counts
