@@ -77,7 +77,7 @@ def babyai_url():
         yield url
 
 
-@pytest.mark.parametrize("env_id", ["babyai", "textcraft", "sciworld", "search"])
+@pytest.mark.parametrize("env_id", ["babyai", "textcraft", "sciworld", "search", "web"])
 def test_check_env_passes_through_http(env_id):
     with serving(env_id) as url:
         check_env(HttpEnv(url), item_id=3)

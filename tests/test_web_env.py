@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.responses import HTMLResponse, JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agentgym_rl.envs import registry
+from agentgym_rl.envs import registry, snapshots
 from agentgym_rl.envs.base import EnvExpert
 from agentgym_rl.envs.checker import check_env
 from agentgym_rl.envs.web.browser import chromium_pids, find_chromium
@@ -72,6 +72,46 @@ def test_a_state_changing_task_starts_from_identical_state(env):
     env.reset(buy)
     assert list(databases.database(env._tenant).iterdump()) == pristine
     assert play_expert(env, buy)["success"]  # the same order number again: same start state
+
+
+def test_a_snapshot_taken_mid_purchase_continues_alike_here_and_in_another_instance(env):
+    """Snapshot once the cart holds the item (the database differs from the pristine one) and
+    a second tab is open: the expert's remaining steps then give the same observations and the
+    same success after a restore into this instance and into a new one (another database copy)."""
+    buy = next(task.index for task in registry.tasks("web", "test") if task.category == "shopping/state"
+               and embedded_sites().tasks[task.index]["intent"].startswith("Buy"))
+    databases = embedded_sites().databases["shopping"]
+    pristine = list(databases.pristine.iterdump())
+    env.reset(buy)
+    expert = EnvExpert()
+    while list(databases.database(env._tenant).iterdump()) == pristine:
+        assert not env.step(expert.act(env))[2]
+    env._run(lambda: env._browsing.context.new_page(), 5)  # not a step: the expert's plan counts turns
+    state = env.snapshot()
+
+    def rest(on) -> list:
+        trace = []
+        while True:
+            observation, reward, terminated, _, info = on.step(expert.act(on))
+            trace.append((observation, reward))
+            if terminated:
+                return trace
+
+    finished = rest(env)
+    assert finished[-1][1] == 1.0 and "Open tabs: [0] " in finished[0][0] and "| [1] about:blank" in finished[0][0]
+    env.reset(0)
+    env.restore(state)
+    assert rest(env) == finished
+    env.restore(state)
+    back = env.step("```go_back```")[0]
+    assert "/product/" in back.splitlines()[1]  # the history came back too: the page before the cart
+    with WebEnv() as other:
+        other.restore(state)  # never reset: the snapshot is the whole episode
+        assert rest(other) == finished
+        other.restore(state)
+        assert other.step("```go_back```")[0] == back
+    with pytest.raises(ValueError, match="cannot be restored into 'web'"):
+        env.restore(snapshots.dump("textcraft", {}))
 
 
 def test_a_new_episode_finds_nothing_of_the_last_in_the_browser(env):
@@ -166,6 +206,9 @@ def test_webarena_task_configs_run_against_a_site_base_url(tmp_path, caplog):
         assert env.step("```stop []```")[1] == 1.0
         env.reset(0)
         assert env.step("```stop []```")[1] == 0.0  # still on the order list
+        env.reset(0)
+        with pytest.raises(NotImplementedError, match="their own servers"):
+            env.snapshot()
     with pytest.raises(ValueError, match="site_urls"):
         WebEnv(task_file=str(tmp_path / "tasks.json")).reset(0)
 

@@ -184,7 +184,8 @@ class RolloutConfig:
     continue from copies of it, so the samples share those turns and differ only after them
     (their outcomes then compare what was done from one state). A sample whose trunk ended
     sooner is played from the start instead. Needs an environment that snapshots (BabyAI,
-    TextCraft, Deep Search, SciWorld by replay, a mix of them); the branches may briefly exceed `max_envs`."""
+    TextCraft, Deep Search, SciWorld by replay, Web on its embedded sites, a mix of them); the
+    branches may briefly exceed `max_envs`."""
     max_staleness: NonNegative = 1
     """With `train.asynchronous`: how many updates older than its step the weights that play a
     step may be (its episodes are played ahead while the learner updates). 0 waits for every

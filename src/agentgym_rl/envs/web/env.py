@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from .. import snapshots
 from ..base import EnvStateError, StepResult, TextEnv, parse_item_index
 from ..tasks import Task
 from .actions import GRAMMAR, Action, ParseError, parse_action
@@ -265,6 +266,40 @@ class WebEnv(TextEnv):
             info["screenshot"] = base64.b64encode(self._run(self._screenshot, self.timeout)).decode()
         return observation, 0.0, False, False, info
 
+    def snapshot(self) -> bytes:
+        """The episode as it stands: its task, turn, last action and whether it ended; the
+        databases of its sites (this instance's copies); each open tab's history (its URLs and
+        where in them it is), which tab is active, and the cookies. A restore loads those pages
+        again from the restored databases. Not held: what was typed into a form and not
+        submitted, scroll positions, and page state a script keeps (the embedded sites keep none)."""
+        if self._task is None:
+            raise EnvStateError("call reset before snapshot")
+        if self._sites is None:
+            raise NotImplementedError("a task file's websites keep their state on their own servers, out of a "
+                                      "snapshot's reach: only the embedded sites snapshot")
+        databases = {site: self._sites.databases[site].dump(self._tenant) for site in self._task["sites"]}
+        tabs, cookies = self._run(self._tabs_and_cookies, self.timeout)
+        return snapshots.dump(self.env_id, {
+            "item_id": self._item_id, "turn": self._turn, "done": self._done, "previous_action": self._previous_action,
+            "databases": databases, "tabs": tabs, "active": self._browsing.active, "cookies": cookies})
+
+    def restore(self, state: bytes) -> None:
+        record = snapshots.load(self.env_id, state)
+        if self._sites is None:
+            raise NotImplementedError("a task file's websites keep their state on their own servers: only the "
+                                      "embedded sites restore")
+        index = parse_item_index(record["item_id"], "web")
+        if index >= len(self._tasks):
+            raise ValueError(f"the snapshot's item {record['item_id']!r} is out of range: there are "
+                             f"{len(self._tasks)} web tasks")
+        self._task, self._item_id = self._tasks[index], record["item_id"]
+        for site, data in record["databases"].items():
+            self._sites.databases[site].load(self._tenant, data)
+        self._turn, self._done, self._previous_action = record["turn"], record["done"], record["previous_action"]
+        pages = sum(len(tab["urls"]) for tab in record["tabs"])
+        self._run(lambda: self._reopen(record["tabs"], record["active"], record["cookies"]), self.timeout * (2 + pages))
+        self._run(self._read_page, self.timeout * 2)  # the element ids the next action names
+
     def expert_action(self) -> str | None:
         """The next step of the task's scripted solution, as a reply (the plan is followed from
         the episode's start, one step per turn)."""
@@ -347,6 +382,37 @@ class WebEnv(TextEnv):
         # history: `go_back` on the start page stays there.
         session = self._browsing.sessions.get(page) or await self._open_session(page)
         await session.send("Page.resetNavigationHistory")
+
+    async def _tabs_and_cookies(self) -> tuple[list[dict], list[dict]]:
+        """Each tab's history ({"urls": [...], "current": index}) and the context's cookies."""
+        tabs = []
+        for page in self._pages():
+            session = self._browsing.sessions.get(page) or await self._open_session(page)
+            history = await session.send("Page.getNavigationHistory")
+            tabs.append({"urls": [entry["url"] for entry in history["entries"]], "current": history["currentIndex"]})
+        return tabs, await self._browsing.context.cookies()
+
+    async def _reopen(self, tabs: list[dict], active: int, cookies: list[dict]) -> None:
+        """The episode's browser context holding nothing but `cookies` and `tabs`, each tab's
+        history walked again (every page loaded afresh from the sites' restored state) and
+        stepped back to where it was; tab `active` in front."""
+        state = self._task.get("storage_state")
+        state = state if state and Path(state).is_file() else None
+        allowed = self._allowed_hosts()
+        first = (None if state else await self._emptied_page(allowed)) or await self._new_context(state, allowed)
+        if cookies:
+            await self._browsing.context.add_cookies(cookies)
+        pages = [first] + [await self._browsing.context.new_page() for _ in tabs[1:]]
+        for page, tab in zip(pages, tabs):
+            await page.goto(tab["urls"][0], wait_until="load")
+            session = self._browsing.sessions.get(page) or await self._open_session(page)
+            await session.send("Page.resetNavigationHistory")
+            for url in tab["urls"][1:]:
+                await page.goto(url, wait_until="load")
+            for _ in range(len(tab["urls"]) - 1 - tab["current"]):
+                await page.go_back(wait_until="load")
+        self._browsing.active = min(active, len(pages) - 1)
+        await pages[self._browsing.active].bring_to_front()
 
     async def _emptied_page(self, allowed: set[str]) -> Any:
         """The instance's context with its last episode's state removed, on a blank first tab

@@ -58,6 +58,16 @@ class TenantDatabases:
         with self.lock(tenant):
             self.pristine.backup(self._databases[tenant])
 
+    def dump(self, tenant: str) -> bytes:
+        """The tenant's database as bytes (SQLite's serialization), for `load`."""
+        with self.lock(tenant):
+            return self._databases[tenant].serialize()
+
+    def load(self, tenant: str, data: bytes) -> None:
+        """Make the tenant's database the one `dump` gave."""
+        with self.lock(tenant):
+            self._databases[tenant].deserialize(data)
+
     def query(self, tenant: str, sql: str, parameters: tuple = ()) -> list[tuple]:
         """Rows of a read-only query on the tenant's database."""
         with self.lock(tenant):
