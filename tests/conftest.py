@@ -121,7 +121,7 @@ class ScriptedGenerator:
         self.calls = 0
         self.prompts: list[list[int]] = []
 
-    def generate(self, prompts, max_new_tokens):
+    def generate(self, prompts, max_new_tokens, streams=None):
         out = []
         for prompt in prompts:
             self.prompts.append(list(prompt))

@@ -143,7 +143,7 @@ def test_sampled_ids_are_kept_even_when_not_canonical(tiny_tokenizer):
     assert canonical != by_chars  # BPE merged "count"; the split spelling is another id sequence
 
     class CharGenerator:
-        def generate(self, prompts, max_new_tokens):
+        def generate(self, prompts, max_new_tokens, streams=None):
             from agentgym_rl.agent.generator import Generation
             return [Generation(by_chars + [encoder.end_of_turn_id], [-0.5] * 6, True) for _ in prompts]
 

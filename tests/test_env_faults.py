@@ -132,7 +132,7 @@ def test_killing_a_server_mid_rollout_fails_only_its_episodes(counter_env_regist
         class KillsAfterFirstTurn(TextPolicy):
             turns = 0
 
-            def act(self, envs, prompts, max_new_tokens, conversations=None):
+            def act(self, envs, prompts, max_new_tokens, conversations=None, streams=None):
                 self.turns += 1
                 if self.turns == 2:
                     stopper["stop"]()

@@ -271,7 +271,7 @@ def test_a_continued_cache_holds_no_column_that_no_row_attends_to(tiny_tokenizer
     seen = []
     original = HFGenerator._generate_batch
 
-    def record(self, prompts, max_new_tokens, input_ids, attention, cache, allowed=None):
+    def record(self, prompts, max_new_tokens, input_ids, attention, cache, allowed=None, streams=None):
         if cache is not None:
             cached = cache.get_seq_length()
             seen.append((attention[:, :cached].clone(), cache))
@@ -279,7 +279,7 @@ def test_a_continued_cache_holds_no_column_that_no_row_attends_to(tiny_tokenizer
                 assert isinstance(layer, AppendLayer)
                 assert layer.keys.data_ptr() == layer._key_buffer.data_ptr()
                 assert layer.values.data_ptr() == layer._value_buffer.data_ptr()
-        return original(self, prompts, max_new_tokens, input_ids, attention, cache, allowed)
+        return original(self, prompts, max_new_tokens, input_ids, attention, cache, allowed, streams)
 
     monkeypatch.setattr(HFGenerator, "_generate_batch", record)
     cached = _play(generator, tiny_tokenizer, turns=5)

@@ -46,9 +46,10 @@ def workers(tiny_tokenizer, ray_instance):
     pool.close()
 
 
-def in_process(model, tokenizer, tasks, temperature=0.0):
+def in_process(model, tokenizer, tasks, temperature=0.0, sampling_seed=None):
     with RolloutEngine(registry.env_factory("babyai"), ROLLOUT) as engine:
-        return engine.run(tasks, model_policy(model, tokenizer, temperature), TURNS, samples=2, seed=3)
+        return engine.run(tasks, model_policy(model, tokenizer, temperature), TURNS, samples=2, seed=3,
+                          sampling_seed=sampling_seed)
 
 
 def replies(trajectories):
@@ -83,8 +84,9 @@ def test_synced_weights_reach_the_workers(workers, tiny_tokenizer):
     workers.sync_weights(varied_model(tiny_tokenizer, 0))  # as the other tests expect
 
 
-def test_sampled_rollouts_repeat_with_the_same_seed(tiny_tokenizer, ray_instance):
-    # One worker (a process, seconds to start): the seeding per worker is the same with more.
+def test_sampled_rollouts_repeat_with_the_same_seed_and_equal_the_in_process_ones(tiny_tokenizer, ray_instance):
+    """Each episode samples from its own stream (seed, task, sample): one worker (a process,
+    seconds to start) plays what this process plays, and so would any number of workers."""
     pool = RayRollouts(1, "ray:local?cpus=0.5", varied_model(tiny_tokenizer, 0), tiny_tokenizer, ENV, ROLLOUT,
                        temperature=1.0)
     try:
@@ -94,6 +96,8 @@ def test_sampled_rollouts_repeat_with_the_same_seed(tiny_tokenizer, ray_instance
         assert [t.input_ids for t in first] != [t.input_ids for t in other]
     finally:
         pool.close()
+    local = in_process(varied_model(tiny_tokenizer, 0), tiny_tokenizer, tasks, temperature=1.0, sampling_seed=5)
+    assert replies(first) == replies(local)
 
 
 def test_a_worker_that_cannot_start_says_why(tiny_tokenizer, ray_instance):

@@ -232,3 +232,24 @@ def test_an_episode_whose_environment_failed_is_played_again_while_retries_allow
     with RolloutEngine(Flaky, RolloutConfig()) as engine:
         kept = engine.run(tasks, CounterExpert(), max_turns=5, samples=3)
     assert len(kept) == 12 and sum(t.error is not None for t in kept) == 4
+
+
+def test_with_a_sampling_seed_an_episode_samples_the_same_in_any_batch(tiny_tokenizer):
+    """Each episode draws from its own stream (seed, task, sample): task 2's samples are the same
+    played beside tasks 0 and 1 or alone; its two samples differ, and so does another seed."""
+    from agentgym_rl.agent.tiny import build_model
+    from agentgym_rl.rollout.backends import model_policy
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=512))
+    config = RolloutConfig(max_new_tokens=8, threads=1)
+    policy = model_policy(model, tiny_tokenizer, 1.0, config)
+    tasks = [Task("counter", i, "c") for i in range(3)]
+    with RolloutEngine(CounterEnv, config) as engine:
+        together = engine.run(tasks, policy, 3, samples=2, sampling_seed=11)
+        alone = engine.run(tasks[2:], policy, 3, samples=2, sampling_seed=11)
+        other_seed = engine.run(tasks[2:], policy, 3, samples=2, sampling_seed=12)
+    assert [t.input_ids for t in together[4:]] == [t.input_ids for t in alone]
+    for mate, single in zip(together[4:], alone):
+        assert mate.logprobs == pytest.approx(single.logprobs, abs=1e-5)
+    assert alone[0].input_ids != alone[1].input_ids and alone[0].input_ids != other_seed[0].input_ids

@@ -52,31 +52,32 @@ def test_smoke_and_resume_together_is_one_line():
 
 
 # Every line of the smoke run's `metrics.jsonl` but the times and the rollout's float noise:
-# validation at step 0, two RL steps, validation. Recorded with seed 0 on 2026-11-27 from code
-# that still reproduced the quickstart figures pinned before (those went back, through earlier
-# re-pins on shorter budgets, to the figures recorded before the config system and the run
-# assembly were rebuilt, commit 821a1bf). A change that alters what a run computes (which
-# demonstrations are played, how the model is built and warmed up, which tasks a step samples,
-# the update itself) changes them; a change of structure alone does not.
+# validation at step 0, two RL steps, validation. Re-recorded with seed 0 on 2026-11-27 when RL
+# rollouts moved to per-episode random streams (`agent/sampling.py`: the same distribution, other
+# draws); the figures before went back, through earlier re-pins on shorter budgets, to those
+# recorded before the config system and the run assembly were rebuilt, commit 821a1bf. A change
+# that alters what a run computes (which demonstrations are played, how the model is built and
+# warmed up, which tasks a step samples, how it samples, the update itself) changes them; a
+# change of structure alone does not.
 PINNED = [
     {"step": 0, "val/success": 0.0, "val/reward": 0.0, "val/success/GoTo": 0.0},
-    {"step": 1, "horizon": 3, "train/success": 0.0, "train/reward": -0.24374999999999997, "train/turns": 3.0,
-     "train/invalid_action_rate": 0.8125, "train/errors": 0, "kl_coef": 0.0, "update/trajectories": 32,
+    {"step": 1, "horizon": 3, "train/success": 0.0, "train/reward": -0.24687499999999996, "train/turns": 3.0,
+     "train/invalid_action_rate": 0.8229166666666666, "train/errors": 0, "kl_coef": 0.0, "update/trajectories": 32,
      "update/failed_episodes_left_out": 0, "adv/num_groups": 4.0, "adv/zero_var_group_frac": 0.0,
-     "adv/adv_abs_mean": 0.8406434059143066, "adv/reward_mean": -0.24375000596046448,
-     "adv/invalid_tokens_capped": 99, "adv/wrong_tokens": 71, "adv/right_token_positions": 48,
-     "update/loss": 1.145712772384286, "update/clip_fraction": 0.0, "update/approx_kl": 1.5615712542493831e-10,
-     "update/ratio_mean": 1.0000000074505806, "update/right_prob": 0.3958658773917705,
-     "update/right_token_loss": 1.0107309548184276, "update/grad_norm": 6.275609970092773,
+     "adv/adv_abs_mean": 0.8428605794906616, "adv/reward_mean": -0.24687500298023224,
+     "adv/invalid_tokens_capped": 103, "adv/wrong_tokens": 76, "adv/right_token_positions": 53,
+     "update/loss": 1.8969507664442062, "update/clip_fraction": 0.0, "update/approx_kl": -4.700786510047905e-09,
+     "update/ratio_mean": 0.9999999962747097, "update/right_prob": 0.3129457086324692,
+     "update/right_token_loss": 1.7510927394032478, "update/grad_norm": 8.309796333312988,
      "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
-    {"step": 2, "horizon": 3, "train/success": 0.03125, "train/reward": -0.1880625, "train/turns": 3.0,
-     "train/invalid_action_rate": 0.7291666666666666, "train/errors": 0, "kl_coef": 0.0, "update/trajectories": 32,
+    {"step": 2, "horizon": 3, "train/success": 0.0, "train/reward": -0.21250000000000005, "train/turns": 3.0,
+     "train/invalid_action_rate": 0.7083333333333334, "train/errors": 0, "kl_coef": 0.0, "update/trajectories": 32,
      "update/failed_episodes_left_out": 0, "adv/num_groups": 4.0, "adv/zero_var_group_frac": 0.0,
-     "adv/adv_abs_mean": 0.7790391445159912, "adv/reward_mean": -0.18806250393390656,
-     "adv/invalid_tokens_capped": 88, "adv/wrong_tokens": 67, "adv/right_token_positions": 43,
-     "update/loss": 1.3198079410940409, "update/clip_fraction": 0.0, "update/approx_kl": 2.6885800262325954e-08,
-     "update/ratio_mean": 0.9999999701976776, "update/right_prob": 0.28220630856230855,
-     "update/right_token_loss": 1.1844234876334667, "update/grad_norm": 4.3588080406188965,
+     "adv/adv_abs_mean": 0.7102475166320801, "adv/reward_mean": -0.21250000596046448,
+     "adv/invalid_tokens_capped": 149, "adv/wrong_tokens": 65, "adv/right_token_positions": 49,
+     "update/loss": 1.1474185651168227, "update/clip_fraction": 0.0, "update/approx_kl": 2.7948607164707262e-08,
+     "update/ratio_mean": 0.9999999888241291, "update/right_prob": 0.4729073722846806,
+     "update/right_token_loss": 1.0428340686485171, "update/grad_norm": 3.9094905853271484,
      "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
     {"step": 2, "val/success": 0.0, "val/reward": 0.0, "val/success/GoTo": 0.0},
 ]

@@ -350,8 +350,11 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
     trainer = RLTrainer(config, log=lambda _: None)
     calls = []
 
-    def scripted(tasks, horizon):
+    seeds = []
+
+    def scripted(tasks, horizon, sampling_seed):
         calls.append([task.index for task in tasks])
+        seeds.append(sampling_seed)
         return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward])
                 for group, task in enumerate(tasks) for reward in ((0.0, 0.0) if task.index % 2 == 0 else (1.0, 0.0))]
 
@@ -372,9 +375,11 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
                        "sampling/groups_with_signal": 4}
     # The refills are a pure function of the step: a second trainer draws the same.
     again = RLTrainer(config, log=lambda _: None)
-    again._play, calls_before = scripted, list(calls)
+    again._play, calls_before, seeds_before = scripted, list(calls), list(seeds)
     again._play_step(step=5, horizon=3)
     assert calls[len(calls_before):] == calls_before
+    # ... and so are the sampling streams, one seed per refill round.
+    assert seeds[len(seeds_before):] == seeds_before and len(set(seeds_before)) == len(seeds_before)
 
 
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):

@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 
 from .allocator import release_free_memory
 from .constrained import AllowedReplies
+from .sampling import StreamSampler
 from .threads import StepTimer, shared_chooser
 
 # Left padding makes every row of a prefill as wide as its longest prompt (or, continuing a cache,
@@ -50,8 +51,10 @@ class Generator(Protocol):
     the start and end of every run, since the weights may change between runs.
     """
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
-        """Sample one continuation per prompt."""
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 streams: list[int] | None = None) -> list[Generation]:
+        """Sample one continuation per prompt; with `streams`, prompt i's from its own random
+        stream (`agent.sampling`), so that it samples the same whatever it is batched with."""
         ...
 
     # A generator that can restrict replies also takes `allowed` (see `HFGenerator.generate`)
@@ -176,26 +179,28 @@ class HFGenerator:
         self.reset()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int,
-                 allowed: list[list[list[int]]] | None = None) -> list[Generation]:
+                 allowed: list[list[list[int]]] | None = None, streams: list[int] | None = None) -> list[Generation]:
         """Sample one continuation per prompt; with `allowed`, prompt i's continuation is one of
-        the token sequences `allowed[i]` (each ending with a stop id; `constrained.AllowedReplies`)."""
+        the token sequences `allowed[i]` (each ending with a stop id; `constrained.AllowedReplies`);
+        with `streams`, prompt i samples from stream i (`sampling.StreamSampler`), else from
+        torch's random state as transformers samples."""
         if not prompts:
             return []
         try:
-            return self._generate(prompts, max_new_tokens, allowed)
+            return self._generate(prompts, max_new_tokens, allowed, streams)
         finally:
             if next(self.model.parameters()).device.type == "cpu":
                 # This turn's freed tensors (the last cache, its re-packed copy) are holes in the heap
                 # that glibc would keep: without this an evaluation's memory grew ~1 GB past what was alive.
                 release_free_memory()
 
-    def _generate(self, prompts: list[list[int]], max_new_tokens: int,
-                  allowed: list[list[list[int]]] | None) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], max_new_tokens: int, allowed: list[list[list[int]]] | None,
+                  streams: list[int] | None) -> list[Generation]:
         keep = self.reuse_cache and len(prompts) <= self.batch_size
         continued = self._continue(prompts, max_new_tokens) if keep else None
         self._last = None  # freed before the next batch's cache is built
         if continued is not None:
-            generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued, allowed)
+            generations, self._last = self._generate_batch(prompts, max_new_tokens, *continued, allowed, streams)
             return generations
         # Similar lengths together waste less padding.
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -204,8 +209,9 @@ class HFGenerator:
             chunk = order[start:start + self.batch_size]
             chunk_prompts = [prompts[i] for i in chunk]
             chunk_allowed = None if allowed is None else [allowed[i] for i in chunk]
+            chunk_streams = None if streams is None else [streams[i] for i in chunk]
             generations, batch = self._generate_batch(chunk_prompts, max_new_tokens, *self._fresh(chunk_prompts),
-                                                      chunk_allowed)
+                                                      chunk_allowed, chunk_streams)
             by_index.update(zip(chunk, generations))
             if keep:
                 self._last = batch
@@ -277,7 +283,7 @@ class HFGenerator:
         return torch.cat([kept_ids, new_ids], dim=1), torch.cat([kept_mask, new_mask], dim=1), cache
 
     def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int, input_ids: Any, attention: Any,
-                        cache: Any, allowed: list[list[list[int]]] | None = None
+                        cache: Any, allowed: list[list[list[int]]] | None = None, streams: list[int] | None = None
                         ) -> tuple[list[Generation], _Batch | None]:
         """Generate from `input_ids` (B, W) whose real tokens (`attention` == 1) are `prompts`,
         the first `cache.get_seq_length()` columns already in `cache` (None: none)."""
@@ -288,15 +294,18 @@ class HFGenerator:
         reused = 0 if cache is None else cache.get_seq_length()
         self.reused_columns += len(prompts) * reused
         greedy = self.temperature <= 0
+        # Each row from its own stream: transformers decodes greedily over scores the sampler noised.
+        sampler = None if greedy or streams is None else StreamSampler(streams, [len(p) for p in prompts],
+                                                                       self.temperature)
         # top_k=0 because None would mean transformers' default top-k of 50.
-        sampling = {} if greedy else {"temperature": self.temperature, "top_k": 0, "top_p": 1.0}
+        sampling = {} if greedy or sampler else {"temperature": self.temperature, "top_k": 0, "top_p": 1.0}
         config = GenerationConfig(
             max_new_tokens=max_new_tokens,
-            do_sample=not greedy,
+            do_sample=not greedy and sampler is None,
             **sampling,
             eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id,
-            output_scores=True,
+            output_scores=sampler is None,
             return_dict_in_generate=True,
             use_cache=True,
         )
@@ -311,6 +320,8 @@ class HFGenerator:
         processors = LogitsProcessorList([] if allowed is None else [AllowedReplies(allowed, width)])
         if timer is not None:
             processors.append(StepTimer(timer))
+        if sampler is not None:
+            processors.append(sampler)  # last: it samples from what the others left
         try:
             with torch.no_grad():
                 head_columns = 0
@@ -327,9 +338,11 @@ class HFGenerator:
             torch.set_num_threads(outer_threads)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
-        # scores: one (B, V) tensor per generated position, already divided by temperature.
-        logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
-        token_logprobs = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
+        if sampler is not None:
+            token_logprobs = torch.stack(sampler.logprobs, dim=1)
+        else:  # scores: one (B, V) tensor per generated position, already divided by temperature.
+            logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
+            token_logprobs = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
         stop = set(self.stop_ids)
         generations = []
         new_mask = torch.zeros_like(new_ids)

@@ -122,7 +122,9 @@ class OpenAIGenerator:
         self.temperature = temperature
         self.batch_size = batch_size
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 streams: list[int] | None = None) -> list[Generation]:
+        """`streams` are not sent: a served model samples from its own random state."""
         chunks = [prompts[i:i + self.batch_size] for i in range(0, len(prompts), self.batch_size)]
         results = self.client.pool.map(lambda chunk: self._complete(chunk, max_new_tokens), chunks)
         return [generation for chunk in results for generation in chunk]

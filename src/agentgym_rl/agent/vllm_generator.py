@@ -84,12 +84,22 @@ class VLLMGenerator:
         self.stop_ids = list(stop_ids)
         self.temperature = temperature
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    def generate(self, prompts: list[list[int]], max_new_tokens: int,
+                 streams: list[int] | None = None) -> list[Generation]:
+        """With `streams`, each prompt's request is seeded from its stream at its position, so that
+        it samples the same whatever it is batched with (vLLM's own sampler, not the HF
+        generator's Gumbel noise: the two engines draw different tokens from one stream)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(max_tokens=max_new_tokens, temperature=self.temperature, logprobs=0,
-                                stop_token_ids=self.stop_ids, detokenize=False)
+        from .sampling import position_seed
+
+        def sampling(seed: int | None) -> Any:
+            return SamplingParams(max_tokens=max_new_tokens, temperature=self.temperature, logprobs=0,
+                                  stop_token_ids=self.stop_ids, detokenize=False, seed=seed)
+
+        params = sampling(None) if streams is None or self.temperature <= 0 else \
+            [sampling(position_seed(stream, len(prompt))) for stream, prompt in zip(streams, prompts)]
         outputs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params,
                                            use_tqdm=False)
         generations = []

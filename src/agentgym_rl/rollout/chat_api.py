@@ -31,7 +31,7 @@ class ChatAPIPolicy:
         pass
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
-            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+            conversations: list[list[dict[str, Any]]] | None = None, streams: list[int] | None = None) -> list[Reply]:
         if conversations is None:
             raise TypeError("a chat API policy replies to conversations: the engine passes them")
         futures = [self.client.pool.submit(self._reply, conversation, max_new_tokens) for conversation in conversations]

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..agent.sampling import episode_stream
 from ..config import RolloutConfig
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
@@ -47,6 +48,10 @@ class _Episode:
     """`rollout.fork_at`: the samples still to branch from this episode at that turn."""
     attempt: int = 0
     """How many failed attempts of this sample came before this one (`rollout.episode_retries`)."""
+    sample: int = 0
+    """Which of its task's samples it is (0: the first; with forks, the trunk)."""
+    stream: int | None = None
+    """The random stream its sampling draws from (`agent.sampling`; None: the process' own)."""
     dropped: bool = False
     """A failed attempt that was played again: not returned."""
 
@@ -67,6 +72,7 @@ class RolloutEngine:
         self.envs_made = 0
         self.retried = 0  # failed attempts played again (`rollout.episode_retries`), over the engine's life
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
+        self._sampling_seed: int | None = None  # the current run's
 
     def __enter__(self) -> RolloutEngine:
         return self
@@ -90,8 +96,8 @@ class RolloutEngine:
             self.envs_made += 1
         return env
 
-    def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int,
-            samples: int = 1, seed: int = 0, progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
+    def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int, samples: int = 1, seed: int = 0,
+            progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
@@ -102,6 +108,11 @@ class RolloutEngine:
             samples: episodes per task.
             seed: passed to every `reset`.
             progress: called with the number of episodes that just finished.
+            sampling_seed: give every episode its own random stream, from this seed, its task's
+                name and its sample's number (`agent.sampling.episode_stream`), so that
+                what it samples does not depend on what it is batched with: a resumed or
+                re-issued episode, or one played in another worker, samples alike. None: the
+                policy samples from the process' random state.
         Returns:
             trajectories ordered task by task, samples together.
         """
@@ -113,6 +124,7 @@ class RolloutEngine:
         # run. Within a run the weights are fixed, so the run boundary is the only reset needed.
         policy.reset()
         try:
+            self._sampling_seed = sampling_seed
             return self._run(tasks, policy, max_turns, samples, seed, progress)
         finally:
             policy.reset()  # also frees the cache's memory between runs
@@ -123,7 +135,8 @@ class RolloutEngine:
         fork = self.config.fork_at if samples > 1 else 0
         # With forks, one trunk per task; its other samples branch from it (or, if it ends
         # sooner, join the queue as episodes of their own).
-        jobs = [(task, group, 0) for group, task in enumerate(tasks) for _ in range(1 if fork else samples)]
+        # A job: (task, group, attempt, sample).
+        jobs = [(task, group, 0, sample) for group, task in enumerate(tasks) for sample in range(1 if fork else samples)]
         limit = self.config.max_envs or min(
             [cap for cap in (getattr(self.make_env, "max_parallel", 0), getattr(policy, "max_batch", 0),
                              self._cache_cap(policy)) if cap],
@@ -136,8 +149,7 @@ class RolloutEngine:
                 alive = sum(1 for e in episodes if not e.done)
                 starting = jobs[started:started + max(limit - alive, 0)]
                 if starting:
-                    fresh = list(pool.map(lambda job: self._start(job[0], job[1], policy, seed, attempt=job[2]),
-                                          starting))
+                    fresh = list(pool.map(lambda job: self._start(*job, policy=policy, seed=seed), starting))
                     if fork:
                         for index, episode in enumerate(fresh, start=started):
                             episode.branches = samples - 1 if index < len(tasks) else 0  # the trunks
@@ -160,14 +172,19 @@ class RolloutEngine:
                         self._retry_failed(branches, jobs)  # a branch whose restore failed starts afresh
                         episodes += branches
                     elif episode.done:  # ended before the fork: its other samples start afresh
-                        jobs += [(episode.task, episode.group, 0)] * episode.branches
+                        jobs += self._branch_jobs(episode)
                     else:
                         continue
                     episode.branches = 0
         # Task by task, samples together (branches were added as their trunks reached the fork).
         return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
 
-    def _retry_failed(self, episodes: list[_Episode], jobs: list[tuple[Task, int, int]]) -> None:
+    @staticmethod
+    def _branch_jobs(trunk: _Episode) -> list[tuple[Task, int, int, int]]:
+        """The samples `trunk` had still to branch, as jobs of their own (samples 1, 2, ...)."""
+        return [(trunk.task, trunk.group, 0, sample) for sample in range(1, trunk.branches + 1)]
+
+    def _retry_failed(self, episodes: list[_Episode], jobs: list[tuple[Task, int, int, int]]) -> None:
         """Queue another attempt of each episode in `episodes` that just failed in its environment,
         while `rollout.episode_retries` allows; the failed attempt is dropped. The samples a failed
         trunk had still to branch are played from the start."""
@@ -176,8 +193,8 @@ class RolloutEngine:
                     and episode.attempt < self.config.episode_retries):
                 episode.dropped = True
                 self.retried += 1
-                jobs.append((episode.task, episode.group, episode.attempt + 1))
-                jobs += [(episode.task, episode.group, 0)] * episode.branches
+                jobs.append((episode.task, episode.group, episode.attempt + 1, episode.sample))
+                jobs += self._branch_jobs(episode)
                 episode.branches = 0
 
     def _branch(self, trunk: _Episode) -> list[_Episode]:
@@ -188,11 +205,12 @@ class RolloutEngine:
         except NotImplementedError as error:
             raise UserError(f"rollout.fork_at branches episodes from snapshots: {error}") from None
         branches = []
-        for _ in range(trunk.branches):
+        for sample in range(1, trunk.branches + 1):
             record = copy.deepcopy(trunk.record)
             branch = _Episode(trunk.task, trunk.group, env=None, record=record,  # type: ignore[arg-type]
                               ids=list(trunk.ids), reply_start=trunk.reply_start,
-                              reply_ids=list(trunk.reply_ids), state_key=trunk.state_key)
+                              reply_ids=list(trunk.reply_ids), state_key=trunk.state_key, sample=sample,
+                              stream=self._stream(trunk.task, sample))
             try:
                 branch.env = self._take_env()
                 branch.env.restore(state)
@@ -208,9 +226,15 @@ class RolloutEngine:
             return 0
         return max(1, self.config.kv_cache_mb * 2**20 // (per_token * self.config.max_context))
 
-    def _start(self, task: Task, group: int, policy: Policy, seed: int, attempt: int = 0) -> _Episode:
+    def _stream(self, task: Task, sample: int) -> int | None:
+        if self._sampling_seed is None:
+            return None
+        return episode_stream(self._sampling_seed, task.item_id, sample)
+
+    def _start(self, task: Task, group: int, attempt: int, sample: int, *, policy: Policy, seed: int) -> _Episode:
         record = Trajectory(env_id=task.env_id, item_id=task.item_id, category=task.category, group=group)
-        episode = _Episode(task, group, env=None, record=record, attempt=attempt)  # type: ignore[arg-type]
+        episode = _Episode(task, group, env=None, record=record, attempt=attempt,  # type: ignore[arg-type]
+                           sample=sample, stream=self._stream(task, sample))
         try:
             episode.env = self._take_env()
             # By name ("babyai_12"), which every environment takes: a mix of environments plays it
@@ -252,8 +276,9 @@ class RolloutEngine:
 
     def _act(self, active: list[_Episode], policy: Policy) -> list[Reply]:
         prefix = self._prefix
+        streams = {} if self._sampling_seed is None else {"streams": [e.stream for e in active]}
         replies = policy.act([e.env for e in active], [e.ids + prefix for e in active], self.config.max_new_tokens,
-                             conversations=[e.record.messages for e in active])
+                             conversations=[e.record.messages for e in active], **streams)
         if policy.encoder is not None:
             for episode, reply in zip(active, replies):
                 if prefix:  # context the reply continues from, not trained: part of the reply's text

@@ -64,10 +64,12 @@ class Policy(Protocol):
         ...
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
-            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+            conversations: list[list[dict[str, Any]]] | None = None, streams: list[int] | None = None) -> list[Reply]:
         """One reply for each active episode: `envs[i]` is its environment, `prompts[i]` its
         token ids so far (empty lists for a text policy), `conversations[i]` its messages so far
-        (what a chat API reads)."""
+        (what a chat API reads), `streams[i]` the random stream its sampling draws from, so that
+        it samples the same whatever it is batched with (`agent.sampling`; None: the process'
+        random state; the engine passes it only when a run names a sampling seed)."""
         ...
 
 
@@ -111,11 +113,11 @@ class ModelPolicy:
         self.generator.sync_weights(model)
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
-            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+            conversations: list[list[dict[str, Any]]] | None = None, streams: list[int] | None = None) -> list[Reply]:
+        options: dict[str, Any] = {} if streams is None else {"streams": streams}
         if self.listed_actions_only:
-            generations = self.generator.generate(prompts, max_new_tokens, allowed=[self._listed(env) for env in envs])
-        else:
-            generations = self.generator.generate(prompts, max_new_tokens)
+            options["allowed"] = [self._listed(env) for env in envs]
+        generations = self.generator.generate(prompts, max_new_tokens, **options)
         return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
                 for g in generations]
 
@@ -137,7 +139,7 @@ class TextPolicy(ABC):
         pass
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
-            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+            conversations: list[list[dict[str, Any]]] | None = None, streams: list[int] | None = None) -> list[Reply]:
         replies = []
         for env in envs:
             try:

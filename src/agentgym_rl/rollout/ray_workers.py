@@ -59,8 +59,7 @@ class _RolloutWorker:
         self.policy.sync_weights(self.model)  # drops the KV cache of the old weights
 
     def run(self, tasks: list[Task], max_turns: int, samples: int, seed: int, sampling_seed: int) -> list[Trajectory]:
-        torch.manual_seed(sampling_seed)
-        return self.engine.run(tasks, self.policy, max_turns, samples=samples, seed=seed)
+        return self.engine.run(tasks, self.policy, max_turns, samples=samples, seed=seed, sampling_seed=sampling_seed)
 
     def close(self) -> None:
         self.engine.close()
@@ -112,11 +111,12 @@ class RayRollouts:
 
     def run(self, tasks: list[Task], max_turns: int, samples: int, seed: int, sampling_seed: int) -> list[Trajectory]:
         """`samples` episodes of each task, as `RolloutEngine.run` plays them (task k's samples
-        in group k), dealt to the workers: worker i plays tasks i, i + N, ... with its sampling
-        seeded by `sampling_seed` + i."""
+        in group k), dealt to the workers: worker i plays tasks i, i + N, ...; each episode
+        samples from its own stream of `sampling_seed` (`RolloutEngine.run`), so the episodes
+        are those of one process, whatever the number of workers."""
         count = len(self.workers)
         shares = [(index, tasks[index::count]) for index in range(count) if tasks[index::count]]
-        played = self._get([self.workers[index].run.remote(share, max_turns, samples, seed, sampling_seed + index)
+        played = self._get([self.workers[index].run.remote(share, max_turns, samples, seed, sampling_seed)
                             for index, share in shares])
         trajectories = []
         for (index, _), part in zip(shares, played):

@@ -102,7 +102,7 @@ class PerturbedExpert:
         self.expert.reset()
 
     def act(self, envs: list[TextEnv], prompts: list[list[int]], max_new_tokens: int,
-            conversations: list[list[dict[str, Any]]] | None = None) -> list[Reply]:
+            conversations: list[list[dict[str, Any]]] | None = None, streams: list[int] | None = None) -> list[Reply]:
         replies: list[Reply | None] = []
         for env, conversation in zip(envs, conversations or [[] for _ in envs]):
             first = next((m["content"] for m in conversation if m["role"] == "user"), "")

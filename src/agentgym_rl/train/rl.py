@@ -252,14 +252,20 @@ class RLTrainer(Trainer):
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,
                            self.tokenizer, env, self.engine.config, cfg.algo.temperature)
 
-    def _play(self, tasks: list, horizon: int) -> list[Trajectory]:
-        """A step's training episodes: `group_size` samples of each task, in the Ray workers or here."""
+    def _play(self, tasks: list, horizon: int, sampling_seed: int) -> list[Trajectory]:
+        """A step's training episodes: `group_size` samples of each task, in the Ray workers or here,
+        each from its own random stream of `sampling_seed`."""
         cfg = self.config
         if self.workers is None:
-            return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed)
-        # The workers' sampling seed comes from the trainer's random state, which a resume restores.
-        sampling_seed = int(torch.randint(2**31 - 1, ()))
+            return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed,
+                                   sampling_seed=sampling_seed)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
+
+    def sampling_seed(self, step: int, round_: int = 0) -> int:
+        """The seed of the episode streams of a step (of refill round `round_` of its dynamic
+        sampling): a pure function of (seed, step, round), so that an episode played again (a
+        resume, another worker or rank) samples what it did."""
+        return random.Random(f"{self.config.run.seed}-{step}-sampling-{round_}").getrandbits(63)
 
     def _join_rank_zero(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], int]:
         """A rank > 0's session: the model, optimizer and trainer state of the checkpoint at the
@@ -427,7 +433,7 @@ class RLTrainer(Trainer):
         with_signal: set[int] = set()
         rounds, retried = 0, self.engine.retried
         while True:
-            played = self._play(tasks[self.rank::self.world], horizon)
+            played = self._play(tasks[self.rank::self.world], horizon, self.sampling_seed(step, rounds))
             for trajectory in played:
                 trajectory.group = len(played_tasks) + self.rank + trajectory.group * self.world
             new = distributed.gather(played)

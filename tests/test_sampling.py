@@ -1,0 +1,59 @@
+"""Per-episode random streams (`agent/sampling.py`): the Gumbel-max sampler draws from
+softmax(scores / T), an episode samples the same whatever it is batched with, and the rollout
+engine gives every episode its own stream from (seed, task, sample)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentgym_rl.agent.generator import HFGenerator
+from agentgym_rl.agent.sampling import StreamSampler, episode_stream, gumbel_noise, position_seed
+from agentgym_rl.agent.tiny import TinyModelConfig, build_model
+
+
+def test_streams_and_position_seeds_are_pure_and_distinct():
+    assert episode_stream(0, "babyai_3", 1) == episode_stream(0, "babyai_3", 1)
+    others = {episode_stream(1, "babyai_3", 1), episode_stream(0, "babyai_4", 1), episode_stream(0, "babyai_3", 2)}
+    assert episode_stream(0, "babyai_3", 1) not in others and len(others) == 3
+    seeds = [position_seed(12345, p) for p in range(1000)]
+    assert len(set(seeds)) == 1000 and all(0 <= s < 2**63 for s in seeds)
+    assert torch.equal(gumbel_noise(7, 5), gumbel_noise(7, 5)) and not torch.equal(gumbel_noise(7, 5), gumbel_noise(8, 5))
+
+
+def test_the_sampler_draws_from_the_tempered_softmax_and_records_its_logprobs():
+    """20,000 draws (each a row with its own stream) over logits (2, 1, 0, -inf) at T = 0.5:
+    frequencies within 4 standard errors of softmax(logits / T); a masked token is never drawn;
+    the recorded logprob is log softmax(logits / T) of the drawn token."""
+    logits = torch.tensor([2.0, 1.0, 0.0, -math.inf])
+    rows = 20_000
+    sampler = StreamSampler(list(range(rows)), [3] * rows, temperature=0.5)
+    noised = sampler(None, logits.expand(rows, 4).clone())
+    drawn = noised.argmax(-1)
+    expected = torch.softmax(logits / 0.5, -1)
+    frequencies = torch.bincount(drawn, minlength=4).double() / rows
+    standard_errors = (expected * (1 - expected) / rows).sqrt()
+    assert frequencies[3] == 0
+    assert torch.all((frequencies[:3] - expected[:3]).abs() < 4 * standard_errors[:3] + 1e-12), frequencies
+    assert torch.allclose(sampler.logprobs[0], expected.log()[drawn].float())
+    second = sampler(None, logits.expand(rows, 4).clone())  # the next position: other draws
+    assert len(sampler.logprobs) == 2 and not torch.equal(second.argmax(-1), drawn)
+    with pytest.raises(ValueError, match="temperature"):
+        StreamSampler([1], [0], temperature=0.0)
+
+
+def test_a_row_samples_the_same_whatever_it_is_batched_with(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=128))
+    end = tiny_tokenizer.eos_token_id
+    generator = HFGenerator(model, tiny_tokenizer.pad_token_id, [end], temperature=1.0, threads=1, reuse_cache=False)
+    mine, other, third = ([5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16, 17, 18, 19, 20, 21])
+    alone = generator.generate([mine], 12, streams=[42])[0]
+    torch.manual_seed(0)  # the process' random state plays no part
+    batched = generator.generate([other, mine, third], 12, streams=[7, 42, 9])
+    assert batched[1].ids == alone.ids
+    assert batched[1].logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    assert generator.generate([mine], 12, streams=[43])[0].ids != alone.ids  # another stream, another sample
+    assert all(lp <= 0 for lp in alone.logprobs) and len(alone.ids) == len(alone.logprobs)
