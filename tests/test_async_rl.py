@@ -161,3 +161,5 @@ def test_what_asynchronous_training_does_not_run_with_is_refused(tmp_path, count
 
     with pytest.raises(UserError, match=f"train.asynchronous does not run with {says}"):
         _fit(tmp_path, "refused", "train.asynchronous=true", *extra)
+    with pytest.raises(UserError, match="rollout.journal_every does not run with train.asynchronous"):
+        _fit(tmp_path, "refused", "train.asynchronous=true", "rollout.journal_every=1")

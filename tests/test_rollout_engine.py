@@ -253,3 +253,57 @@ def test_with_a_sampling_seed_an_episode_samples_the_same_in_any_batch(tiny_toke
     for mate, single in zip(together[4:], alone):
         assert mate.logprobs == pytest.approx(single.logprobs, abs=1e-5)
     assert alone[0].input_ids != alone[1].input_ids and alone[0].input_ids != other_seed[0].input_ids
+
+
+def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped(tiny_tokenizer, tmp_path):
+    """The policy fails on its 4th turn (as a killed process would stop): the journal, written every
+    turn, holds the episodes of turn 3. A new engine given it continues them, restoring each
+    unfinished one's environment, and returns what the uninterrupted run returns: every episode
+    once, the same tokens, logprobs within 1e-5."""
+    from agentgym_rl.agent.tiny import build_model
+    from agentgym_rl.rollout.backends import model_policy
+    from agentgym_rl.rollout.journal import Journal
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=4096), seed=3)
+    config = RolloutConfig(max_new_tokens=6, threads=1, max_envs=4)
+    tasks = registry.tasks("textcraft", "train")[:3]
+
+    def play(policy, journal=None):
+        with RolloutEngine(registry.env_factory("textcraft"), config) as engine:
+            return engine, engine.run(tasks, policy, 5, samples=2, seed=1, sampling_seed=7, journal=journal)
+
+    _, whole = play(model_policy(model, tiny_tokenizer, 1.0, config))
+
+    class Killed(Exception):
+        pass
+
+    policy = model_policy(model, tiny_tokenizer, 1.0, config)
+    act, calls = policy.act, []
+
+    def dies_on_the_fourth_turn(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise Killed
+        return act(*args, **kwargs)
+
+    policy.act = dies_on_the_fourth_turn
+    journal = Journal(tmp_path / "step.journal", key="weights-a", every=1)
+    with pytest.raises(Killed):
+        play(policy, journal)
+    engine, resumed = play(model_policy(model, tiny_tokenizer, 1.0, config), journal)
+    assert engine.resumed > 0  # unfinished episodes were continued, not replayed
+    assert [(t.group, t.item_id) for t in resumed] == [(t.group, t.item_id) for t in whole]
+    assert [t.input_ids for t in resumed] == [t.input_ids for t in whole]
+    for a, b in zip(resumed, whole):
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5) and a.messages == b.messages
+    # Another key (other weights) or other tasks: the journal is not this run's; played afresh.
+    engine, _ = play(model_policy(model, tiny_tokenizer, 1.0, config), Journal(journal.path, key="weights-b"))
+    assert engine.resumed == 0
+
+
+def test_a_journal_needs_environments_that_snapshot(tmp_path):
+    from agentgym_rl.rollout.journal import Journal
+
+    with RolloutEngine(CounterEnv) as engine, pytest.raises(UserError, match="journal_every keeps unfinished"):
+        engine.run([Task("counter", 2, "c")], CounterExpert(), max_turns=5, journal=Journal(tmp_path / "j", "k"))

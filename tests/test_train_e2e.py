@@ -352,7 +352,7 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
 
     seeds = []
 
-    def scripted(tasks, horizon, sampling_seed):
+    def scripted(tasks, horizon, sampling_seed, journal=None):
         calls.append([task.index for task in tasks])
         seeds.append(sampling_seed)
         return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward])

@@ -178,6 +178,14 @@ class RolloutConfig:
     answering) again from the start in another environment, up to this many times, so that a
     step's groups stay whole; the failed attempt is dropped, and counted
     (`rollout/retried_episodes`). 0: a failed episode is kept as a recorded failure."""
+    journal_every: NonNegative = 0
+    """RL: every this many turns, write the step's episodes to the run folder (`inflight/`): the
+    finished ones, and the unfinished ones with their tokens so far and their environment's
+    snapshot (`rollout/journal.py`). A run killed mid-rollout then continues them on `--resume`
+    (from the checkpoint whose weights played them) instead of playing them again, each from
+    its own random stream, so they end as they would have. 0: off. Needs an environment that
+    snapshots (see `fork_at`); not with `train.asynchronous`, Ray workers or torchrun yet. Its
+    cost is logged per step (`time/journal_s`, `rollout/journal_mb`)."""
     fork_at: NonNegative = 0
     """Branch a task's samples from one episode at this turn (0: off): the first sample plays
     `fork_at` turns, its environment is snapshotted (`TextEnv.snapshot`), and the others

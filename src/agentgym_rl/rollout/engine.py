@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,8 +28,13 @@ from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
 from ..errors import UserError
+from .journal import Journal
 from .policy import Policy, Reply, as_policy
 from .trajectory import Trajectory
+
+_JOURNALED = ("task", "group", "record", "done", "ids", "reply_start", "reply_ids", "state_key", "branches",
+              "attempt", "dropped", "sample", "stream")
+"""The `_Episode` fields a journal keeps (the environment goes as its snapshot)."""
 
 
 @dataclass
@@ -71,6 +77,9 @@ class RolloutEngine:
         self._idle_lock = threading.Lock()
         self.envs_made = 0
         self.retried = 0  # failed attempts played again (`rollout.episode_retries`), over the engine's life
+        self.journal_s = 0.0  # seconds spent writing journals, over the engine's life
+        self.journal_bytes = 0  # the size of the last journal written
+        self.resumed = 0  # unfinished episodes continued from a journal, over the engine's life
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
         self._sampling_seed: int | None = None  # the current run's
 
@@ -97,7 +106,8 @@ class RolloutEngine:
         return env
 
     def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int, samples: int = 1, seed: int = 0,
-            progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None) -> list[Trajectory]:
+            progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None,
+            journal: Journal | None = None) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
@@ -113,6 +123,10 @@ class RolloutEngine:
                 what it samples does not depend on what it is batched with: a resumed or
                 re-issued episode, or one played in another worker, samples alike. None: the
                 policy samples from the process' random state.
+            journal: write the run's episodes there every `journal.every` turns and at the
+                end, and continue from what it holds when it is this run's (`rollout/journal.py`):
+                finished episodes are kept, unfinished ones restored from their environment's
+                snapshot and played on from their own random streams (give `sampling_seed`).
         Returns:
             trajectories ordered task by task, samples together.
         """
@@ -125,12 +139,12 @@ class RolloutEngine:
         policy.reset()
         try:
             self._sampling_seed = sampling_seed
-            return self._run(tasks, policy, max_turns, samples, seed, progress)
+            return self._run(tasks, policy, max_turns, samples, seed, progress, journal)
         finally:
             policy.reset()  # also frees the cache's memory between runs
 
-    def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int,
-             seed: int, progress: Callable[[int], Any] | None) -> list[Trajectory]:
+    def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
+             progress: Callable[[int], Any] | None, journal: Journal | None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
         fork = self.config.fork_at if samples > 1 else 0
         # With forks, one trunk per task; its other samples branch from it (or, if it ends
@@ -143,7 +157,16 @@ class RolloutEngine:
             default=len(jobs))
         episodes: list[_Episode] = []
         started = 0  # jobs started so far
+        signature = {"tasks": [task.item_id for task in tasks], "samples": samples, "seed": seed,
+                     "sampling_seed": self._sampling_seed, "max_turns": max_turns, "fork_at": fork,
+                     "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens}
+        saved = journal.load(signature) if journal is not None else None
+        turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
+            if saved is not None:
+                episodes, jobs, started = self._resume(saved, pool), saved["jobs"], saved["started"]
+                self._retry_failed([e for e in episodes if e.done], jobs)
+                self._report([e for e in episodes if not e.dropped], progress)
             while True:
                 # Start episodes as others finish, so at most `limit` environments are alive.
                 alive = sum(1 for e in episodes if not e.done)
@@ -176,8 +199,61 @@ class RolloutEngine:
                     else:
                         continue
                     episode.branches = 0
+                turns += 1
+                if journal is not None and turns % journal.every == 0:
+                    self._write(journal, signature, episodes, jobs, started, pool)
+            if journal is not None:  # the whole run: played again (same key), it is read, not played
+                self._write(journal, signature, episodes, jobs, started, pool)
         # Task by task, samples together (branches were added as their trunks reached the fork).
         return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+
+    def _write(self, journal: Journal, signature: dict[str, Any], episodes: list[_Episode],
+               jobs: list[tuple[Task, int, int, int]], started: int, pool: ThreadPoolExecutor) -> None:
+        """The run as it stands into `journal`: unfinished episodes with their environment's
+        snapshot (an environment that fails to take one ends its episode, as any failure)."""
+        began = time.perf_counter()
+
+        def snapshot(episode: _Episode) -> bytes | Exception:
+            try:
+                return episode.env.snapshot()
+            except NotImplementedError:
+                raise
+            except Exception as error:  # noqa: BLE001 — failures are data
+                return error
+
+        live = [e for e in episodes if not e.done]
+        try:
+            states = dict(zip(map(id, live), pool.map(snapshot, live)))
+        except NotImplementedError as error:
+            raise UserError(f"rollout.journal_every keeps unfinished episodes as environment snapshots: {error}") \
+                from None
+        for episode in live:
+            if isinstance(states[id(episode)], Exception):
+                self._fail(episode, states.pop(id(episode)))
+        kept = [{**{name: getattr(e, name) for name in _JOURNALED}, "env_state": states.get(id(e))} for e in episodes]
+        self.journal_bytes = journal.save(signature, {"episodes": kept, "jobs": jobs, "started": started})
+        self.journal_s += time.perf_counter() - began
+
+    def _resume(self, saved: dict[str, Any], pool: ThreadPoolExecutor) -> list[_Episode]:
+        """The journal's episodes, the unfinished ones in environments restored from their snapshots."""
+        episodes = []
+        for kept in saved["episodes"]:
+            fields = {name: kept[name] for name in _JOURNALED}
+            episodes.append((_Episode(env=None, **fields), kept["env_state"]))  # type: ignore[arg-type]
+
+        def restore(pair: tuple[_Episode, bytes | None]) -> _Episode:
+            episode, state = pair
+            if not episode.done:
+                try:
+                    episode.env = self._take_env()
+                    episode.env.restore(state)
+                except Exception as error:  # noqa: BLE001 — failures are data
+                    self._fail(episode, error)
+            return episode
+
+        restored = list(pool.map(restore, episodes))
+        self.resumed += sum(1 for _, state in episodes if state is not None)
+        return restored
 
     @staticmethod
     def _branch_jobs(trunk: _Episode) -> list[tuple[Task, int, int, int]]:

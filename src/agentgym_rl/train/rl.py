@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import random
 import time
 import traceback
@@ -25,6 +26,7 @@ from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
 from ..eval.metrics import summarize
 from ..rollout.engine import RolloutEngine
+from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
@@ -109,6 +111,15 @@ def per_env_metrics(prefix: str, stats: dict[str, Any]) -> dict[str, float]:
             for key, name in (("success", "success"), ("reward", "avg_reward"))}
 
 
+def weights_fingerprint(model: Any) -> str:
+    """A digest of `model`'s parameters: a journal is continued only by the weights that wrote it."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, parameter in model.named_parameters():
+        digest.update(name.encode())
+        digest.update(parameter.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
     """The groups whose samples' rewards are not all equal (episodes cut short by an error left
     out, as the update leaves them out): only those give a group-relative advantage."""
@@ -137,6 +148,11 @@ class RLTrainer(Trainer):
             if alongside:
                 raise UserError(f"train.asynchronous does not run with {alongside} yet: "
                                 "drop one of the two")
+        if config.rollout.journal_every:
+            alongside = ("train.asynchronous" if config.train.asynchronous else "torchrun" if self.world > 1
+                         else "Ray rollout workers (rollout.workers)" if config.rollout.workers else None)
+            if alongside:
+                raise UserError(f"rollout.journal_every does not run with {alongside} yet: drop one of the two")
         self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
@@ -252,13 +268,13 @@ class RLTrainer(Trainer):
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,
                            self.tokenizer, env, self.engine.config, cfg.algo.temperature)
 
-    def _play(self, tasks: list, horizon: int, sampling_seed: int) -> list[Trajectory]:
+    def _play(self, tasks: list, horizon: int, sampling_seed: int, journal: Journal | None = None) -> list[Trajectory]:
         """A step's training episodes: `group_size` samples of each task, in the Ray workers or here,
-        each from its own random stream of `sampling_seed`."""
+        each from its own random stream of `sampling_seed` (kept in `journal`, if given)."""
         cfg = self.config
         if self.workers is None:
             return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed,
-                                   sampling_seed=sampling_seed)
+                                   sampling_seed=sampling_seed, journal=journal)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
     def sampling_seed(self, step: int, round_: int = 0) -> int:
@@ -432,8 +448,13 @@ class RLTrainer(Trainer):
         tasks, played_tasks, trajectories = self.sample_tasks(step), [], []
         with_signal: set[int] = set()
         rounds, retried = 0, self.engine.retried
+        journaled, resumed = (self.engine.journal_s, self.engine.resumed)
+        weights = weights_fingerprint(self.learner.rollout_model) if self.config.rollout.journal_every else ""
         while True:
-            played = self._play(tasks[self.rank::self.world], horizon, self.sampling_seed(step, rounds))
+            journal = Journal(self.run_dir / "inflight" / f"step_{step + 1:06d}_round_{rounds}.journal",
+                              key=f"{step}/{rounds}/{weights}", every=self.config.rollout.journal_every) \
+                if weights else None
+            played = self._play(tasks[self.rank::self.world], horizon, self.sampling_seed(step, rounds), journal)
             for trajectory in played:
                 trajectory.group = len(played_tasks) + self.rank + trajectory.group * self.world
             new = distributed.gather(played)
@@ -449,6 +470,10 @@ class RLTrainer(Trainer):
             else {}
         if self.servers is not None:  # over the run so far
             metrics["env/server_restarts"] = self.servers.restarts
+        if weights:
+            metrics.update({"time/journal_s": self.engine.journal_s - journaled,
+                            "rollout/journal_mb": self.engine.journal_bytes / 2**20,
+                            "rollout/resumed_episodes": self.engine.resumed - resumed})
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, "sampling/refill_rounds": rounds,
@@ -617,3 +642,8 @@ class RLTrainer(Trainer):
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
         torch.save(state, folder / "trainer_state.pt")
+        # The journals of the steps this checkpoint holds are no longer needed to resume.
+        for journal in (self.run_dir / "inflight").glob("step_*.journal"):
+            if int(journal.name.split("_")[1]) <= step:
+                journal.unlink(missing_ok=True)
+
