@@ -434,3 +434,22 @@ def test_rl_plays_on_servers_it_spawns_and_stops_them(tmp_path):
     assert process.poll() is not None  # stopped with the run
     with pytest.raises(UserError, match="spawn_servers starts the run's own servers"):
         load_config(RLConfig, configs / "textcraft_grpo.yaml", ["env.spawn_servers=1", "env.urls=[http://x:1]"])
+
+
+def test_a_server_that_went_away_is_passed_over_for_the_healthy_one(counter_env_registered):
+    """Of two servers the run did not start, one stops: the episodes it took fail once and are
+    played again on the other (rollout.episode_retries 1), and no later episode is sent to it
+    until it answers its /health probe. Without the failover, a retry would go to the dead
+    server in turn, and some episodes would fail twice."""
+    from conftest import CounterExpert
+
+    from agentgym_rl.envs.tasks import Task
+
+    with serving("counter") as steady:
+        with serving("counter") as doomed:
+            make_env = registry.env_factory("counter", urls=[steady, doomed])
+        tasks = [Task("counter", i, "c") for i in range(4)]
+        with RolloutEngine(make_env, RolloutConfig(episode_retries=1)) as engine:
+            played = engine.run(tasks, CounterExpert(), max_turns=5, samples=2)
+            assert all(t.error is None and t.success for t in played) and len(played) == 8
+            assert engine.retried == 4  # the 8 episodes started at once took each server in turn

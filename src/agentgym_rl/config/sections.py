@@ -81,8 +81,9 @@ class EnvConfig:
     """Constructor arguments of the environment (e.g. BabyAI's `list_actions: false`)."""
     urls: list[str] = field(default_factory=list)
     """Servers of this environment (`agentgym-rl serve-env`) to play the rollouts on instead of
-    in process, new episodes spread over them in turn; `kwargs` then belong to the servers.
-    Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN. A URL written
+    in process, new episodes spread over them in turn; `kwargs` then belong to the servers. A
+    server that stops answering is passed over until it answers its health probe again (with
+    `rollout.episode_retries`, the episodes it took are played on the others). Their bearer token, if any, is read from $AGENTGYM_RL_ENV_TOKEN. A URL written
     `agentgym+http://host:port` is one of AgentGym's own servers (babyai, textcraft, sciworld;
     what its protocol lacks: `envs/agentgym_remote.py`)."""
     server_timeout: PositiveFloat = 60.0

@@ -166,15 +166,20 @@ def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeou
     lock = threading.Lock()
 
     def factory() -> TextEnv:
+        """The next server's environment in turn, passing over servers known to be down (failed
+        over: with `rollout.episode_retries` an episode a dead server took is played on the
+        others); with all of them down, the next in turn (its episode fails and says why)."""
         with lock:
-            make_one = makers[next(turn) % len(makers)]
+            start = next(turn)
+            order = [makers[(start + k) % len(makers)] for k in range(len(makers))]
+            make_one = next((make for server, make in order if server.reachable()), order[0][1])
         return make_one()
 
     factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
     return factory
 
 
-def _our_server(env_id: str, url: str, timeout: float) -> Callable[[], TextEnv]:
+def _our_server(env_id: str, url: str, timeout: float) -> tuple[Any, Callable[[], TextEnv]]:
     from .remote import EnvServer, HttpEnv
 
     server = EnvServer(url, retries=1, timeout=timeout)
@@ -182,16 +187,16 @@ def _our_server(env_id: str, url: str, timeout: float) -> Callable[[], TextEnv]:
         server.close()
         raise UserError(f"environment server {url} serves {server.env_id!r}, not {env_id!r}")
     server.retries = 3
-    return lambda: HttpEnv(server)
+    return server, lambda: HttpEnv(server)
 
 
-def _agentgym_server(env_id: str, url: str, timeout: float) -> Callable[[], TextEnv]:
+def _agentgym_server(env_id: str, url: str, timeout: float) -> tuple[Any, Callable[[], TextEnv]]:
     from .agentgym_remote import SERVER_NAMES, AgentGymEnv
     from .remote import ServerConnection
 
     if env_id not in SERVER_NAMES:
         raise UserError(f"{url}: AgentGym's servers are spoken to for {', '.join(SERVER_NAMES)}, not {env_id!r}")
-    server = ServerConnection(url.removeprefix(AGENTGYM_SCHEME), retries=1, timeout=timeout)
+    server = ServerConnection(url.removeprefix(AGENTGYM_SCHEME), retries=1, timeout=timeout, probe_path="/")
     hello = server.call("GET", "/")  # "This is environment BabyAI."
     if not (isinstance(hello, str) and SERVER_NAMES[env_id].lower() in hello.lower()):
         server.close()
@@ -200,7 +205,7 @@ def _agentgym_server(env_id: str, url: str, timeout: float) -> Callable[[], Text
     server.retries = 3
     instruction, max_turns = load_entry_point(spec(env_id).entry_point).instruction, spec(env_id).max_turns
     train_items = [task.index for task in tasks(env_id, "train")]
-    return lambda: AgentGymEnv(env_id, server, instruction, max_turns, train_items)
+    return server, lambda: AgentGymEnv(env_id, server, instruction, max_turns, train_items)
 
 
 def with_invalid_action_penalty(make_env: Callable[[], TextEnv], penalty: float) -> Callable[[], TextEnv]:

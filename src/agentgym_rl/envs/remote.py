@@ -33,10 +33,14 @@ class ServerConnection:
         timeout: seconds to wait for one answer.
         retries: further attempts of a call that could not reach the server.
         backoff: seconds before the first retry; doubled after each.
+        probe_path: what `reachable` asks a server that could not be reached.
     """
 
+    PROBE_EVERY = 2.0
+    """Seconds between two probes of a server known to be down (`reachable`)."""
+
     def __init__(self, url: str, token: str | None = None, timeout: float = 60.0, retries: int = 3,
-                 backoff: float = 0.2):
+                 backoff: float = 0.2, probe_path: str = "/health"):
         token = token if token is not None else os.environ.get("AGENTGYM_RL_ENV_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         # As many keep-alive connections as a rollout may keep calls in flight (env_workers
@@ -44,7 +48,9 @@ class ServerConnection:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, limits=limits)
         self.url = url.rstrip("/")
-        self.retries, self.backoff = retries, backoff
+        self.retries, self.backoff, self.probe_path = retries, backoff, probe_path
+        self.down = False  # a call could not reach it, and no probe has since
+        self._probed = 0.0
 
     def call(self, method: str, path: str, body: dict | None = None, retry: bool = True,
              params: dict | None = None) -> Any:
@@ -56,10 +62,13 @@ class ServerConnection:
                 break
             except (httpx.ConnectError, httpx.ConnectTimeout) as error:  # nothing reached the server
                 if attempt + 1 == attempts:
+                    self._went_down()
                     raise RemoteEnvError(f"{self.url}: cannot connect ({error})") from None
                 time.sleep(self.backoff * 2 ** attempt)
-            except httpx.HTTPError as error:
+            except httpx.HTTPError as error:  # it stopped answering, or the connection broke
+                self._went_down()
                 raise RemoteEnvError(f"{self.url}{path}: {type(error).__name__} ({error})") from None
+        self.down = False
         if response.status_code == 409:
             raise EnvStateError(response.json().get("detail", "out of order"))
         if response.status_code == 422 and path.endswith("/reset"):
@@ -70,6 +79,23 @@ class ServerConnection:
             return response.json()
         except ValueError:
             raise RemoteEnvError(f"{self.url}{path}: not a JSON answer: {response.text[:200]!r}") from None
+
+    def _went_down(self) -> None:
+        self.down, self._probed = True, time.monotonic()
+
+    def reachable(self) -> bool:
+        """False while the server is known to be down; one that is is probed (`probe_path`) at
+        most every `PROBE_EVERY` seconds, and is up again once it answers."""
+        if not self.down:
+            return True
+        if time.monotonic() - self._probed < self.PROBE_EVERY:
+            return False
+        self._probed = time.monotonic()
+        try:
+            self.down = self._http.get(self.probe_path, timeout=5.0).status_code >= 500
+        except httpx.HTTPError:
+            self.down = True
+        return not self.down
 
     def close(self) -> None:
         self._http.close()
