@@ -77,6 +77,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/search_retrieval.py
 	$(BIN)/python bench/web_env.py
 	$(BIN)/python bench/viewer.py
+	$(BIN)/python bench/async_rl.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

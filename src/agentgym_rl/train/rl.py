@@ -336,6 +336,7 @@ class RLTrainer(Trainer):
                                       self._load_generator, start, cfg.train.steps, cfg.rollout.max_staleness,
                                       torch.get_num_threads())
             for step in bar:
+                step_began = time.time()
                 horizon = self.schedule.horizon(step)
                 if ahead is None:
                     began = time.time()
@@ -371,6 +372,7 @@ class RLTrainer(Trainer):
                     "train/errors": stats["errors"], **update_metrics,
                     "time/rollout_tokens_per_s": generated / max(rollout_s, 1e-9),
                     "time/rollout_s": rollout_s, "time/update_s": time.time() - rolled, **timing,
+                    "time/step_s": time.time() - step_began,
                     **(per_env_metrics("train", stats) if self.mixed else {}),
                 }
                 self.metrics.log(step + 1, step_metrics)
