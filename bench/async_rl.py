@@ -34,6 +34,22 @@ def train(config: str, name: str, out: Path, overrides: list[str]) -> tuple[list
     return rows, time.time() - began
 
 
+def final_items(run_dir: Path) -> dict[str, float]:
+    """Each validation item's success in the run's last validation."""
+    last = sorted((run_dir / "validation").glob("step_*.jsonl"))[-1]
+    per_item: dict[str, list[bool]] = {}
+    for line in last.read_text().splitlines():
+        record = json.loads(line)
+        per_item.setdefault(record["item_id"], []).append(bool(record["success"]))
+    return {item: sum(s) / len(s) for item, s in per_item.items()}
+
+
+def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
+    """Mean of b − a over the items, in points, and its standard error."""
+    diffs = [100 * (b[item] - a[item]) for item in a]
+    return statistics.mean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
+
+
 def summary(name: str, rows: list[dict], wall: float) -> dict:
     steps = [r for r in rows if "train/success" in r]
     validations = [r for r in rows if "val/success" in r]
@@ -63,22 +79,27 @@ def main() -> None:
     common = [f"run.seed={args.seed}", *([f"train.steps={args.steps}"] if args.steps else []), *args.set]
     rows, wall = train(args.config, "sync", out, common)
     results = [summary("sync", rows, wall)]
+    synchronous = final_items(out / "sync")
+    results[0]["vs_sync"] = (0.0, 0.0)
     warm = [f"model.path={out / 'sync' / 'warmup_model'}", "warmup.episodes=0"]
     for k in args.staleness:
         rows, wall = train(args.config, f"async_k{k}", out,
                            [*common, *warm, "train.asynchronous=true", f"rollout.max_staleness={k}"])
-        results.append(summary(f"async k={k}", rows, wall))
+        results.append({**summary(f"async k={k}", rows, wall),
+                        "vs_sync": paired(synchronous, final_items(out / f"async_k{k}"))})
     (out / "results.json").write_text(json.dumps(results, indent=1))
     base = results[0]["step_s"]
     print("| arm | RL step, median (min–max) | vs sync | learner's wait | RL steps' total | staleness: steps "
-          "| val success before → after | train success, last 10 steps |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| val success before → after | − sync (paired SE) | train success, last 10 steps |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         low, high = r["step_s_range"]
         staleness = ", ".join(f"{k}: {n}" for k, n in r["staleness"].items())
+        change, se = r["vs_sync"]
         print(f"| {r['arm']} | {r['step_s']:.2f} s ({low:.2f}–{high:.2f}) | {r['step_s'] / base:.2f}x | "
               f"{r['wait_s']:.2f} s | {r['rl_s'] / 60:.1f} min | {staleness} | "
-              f"{100 * r['val_before']:.1f}% → {100 * r['val_after']:.1f}% | {100 * r['train_success_last10']:.1f}% |")
+              f"{100 * r['val_before']:.1f}% → {100 * r['val_after']:.1f}% | {change:+.1f} ({se:.1f}) | "
+              f"{100 * r['train_success_last10']:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ def test_train_writes_a_complete_run_folder(tmp_path):
     for line, row in zip(step_lines, train_rows):
         assert f"success {row['train/success']:.2f}" in line and f"reward {row['train/reward']:.3f}" in line
         assert "tokens/s" in line and row["time/rollout_tokens_per_s"] > 0
+        assert row["time/step_s"] >= row["time/rollout_s"] + row["time/update_s"] > 0
         if "update/loss" in row:
             assert f"loss {row['update/loss']:.4g}" in line and "grad_norm" in line
     output = result.stdout + result.stderr
