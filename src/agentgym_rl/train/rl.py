@@ -253,8 +253,8 @@ class RLTrainer(Trainer):
                                               model=self.learner.model if cfg.train.asynchronous else None)
         if cfg.rollout.workers:
             self.workers = self._start_workers()
-        if self.rank > 0:  # the ranks loaded rank 0's random state: each samples its own episodes
-            torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)
+        if self.rank > 0:  # the ranks loaded rank 0's random state; rollouts draw from per-episode streams,
+            torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)  # anything else a rank draws is its own
         return start
 
     def _start_workers(self) -> Any:
@@ -450,8 +450,9 @@ class RLTrainer(Trainer):
         tasks, played_tasks, trajectories = self.sample_tasks(step), [], []
         with_signal: set[int] = set()
         rounds, retried = 0, self.engine.retried
-        journaled, resumed = (self.engine.journal_s, self.engine.resumed)
+        journaled, resumed, began = self.engine.journal_s, self.engine.resumed, time.perf_counter()
         weights = weights_fingerprint(self.learner.rollout_model) if self.config.rollout.journal_every else ""
+        fingerprint_s = time.perf_counter() - began
         while True:
             journal = Journal(self.run_dir / "inflight" / f"step_{step + 1:06d}_round_{rounds}.journal",
                               key=f"{step}/{rounds}/{weights}", every=self.config.rollout.journal_every) \
@@ -473,7 +474,7 @@ class RLTrainer(Trainer):
         if self.servers is not None:  # over the run so far
             metrics["env/server_restarts"] = self.servers.restarts
         if weights:
-            metrics.update({"time/journal_s": self.engine.journal_s - journaled,
+            metrics.update({"time/journal_s": self.engine.journal_s - journaled + fingerprint_s,
                             "rollout/journal_mb": self.engine.journal_bytes / 2**20,
                             "rollout/resumed_episodes": self.engine.resumed - resumed})
         if not algo.dynamic_sampling:
@@ -648,4 +649,3 @@ class RLTrainer(Trainer):
         for journal in (self.run_dir / "inflight").glob("step_*.journal"):
             if int(journal.name.split("_")[1]) <= step:
                 journal.unlink(missing_ok=True)
-
