@@ -84,3 +84,20 @@ def test_a_bad_argument_of_a_member_is_an_error_before_any_work():
     factory = registry.env_factory("mix", {"members": MEMBERS})
     assert factory.max_parallel == 0  # neither member limits its instances
     assert factory().reset("textcraft_1")[1]["env_id"] == "textcraft"
+
+
+def test_the_refills_of_dynamic_sampling_keep_the_mixs_weights(tmp_path):
+    from pathlib import Path
+
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_config(RLConfig, Path(__file__).resolve().parent.parent / "configs" / "mix_grpo.yaml", [
+        f"run.output_dir={tmp_path}", "algo.dynamic_sampling=2",
+        "env.kwargs={members: [{id: babyai, weight: 3}, {id: textcraft, weight: 1}]}"])
+    trainer = RLTrainer(config, log=lambda _: None)
+    played = trainer.sample_tasks(3)
+    refill = trainer.refill_tasks(step=3, round_=1, count=8, played=played)
+    assert [task.env_id for task in refill].count("babyai") == 6 and len(refill) == 8
+    assert not {task.item_id for task in refill} & {task.item_id for task in played}
+    assert refill == trainer.refill_tasks(step=3, round_=1, count=8, played=played)

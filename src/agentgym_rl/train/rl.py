@@ -432,11 +432,16 @@ class RLTrainer(Trainer):
     def refill_tasks(self, step: int, round_: int, count: int, played: list) -> list:
         """`count` tasks for refill round `round_` of a step's dynamic sampling, none of the
         `played` ones while enough others are left: a pure function of (seed, step, round,
-        played), so resume and every torchrun rank draw the same."""
+        played), so resume and every torchrun rank draw the same. In a mix, each environment
+        gives its share by weight, as in `sample_tasks`."""
         rng = random.Random(f"{self.config.run.seed}-{step}-refill-{round_}")
         seen = {task.item_id for task in played}
-        fresh = [task for task in self.train_tasks if task.item_id not in seen]
-        return rng.sample(fresh if len(fresh) >= count else self.train_tasks, count)
+        refill = []
+        quotas = member_quotas([weight for weight, _ in self.pools], count)
+        for (_, pool), quota in zip(self.pools, quotas):
+            fresh = [task for task in pool if task.item_id not in seen]
+            refill += rng.sample(fresh if len(fresh) >= quota else pool, min(quota, len(pool)))
+        return refill
 
     def _play_step(self, step: int, horizon: int) -> tuple[list[Trajectory], dict[str, float]]:
         """The step's episodes, `group_size` of each task, and the `sampling/*` metrics (and
