@@ -372,15 +372,22 @@ def test_agentgym_protocol_client_plays_as_the_in_process_env(env_id, item):
 def test_a_spawned_server_killed_mid_rollout_is_restarted_and_its_episodes_played_again():
     """Two TextCraft servers the run starts itself; the first is killed (SIGKILL) while episodes
     are in flight on it. The watchdog starts it again on its port, the failed episodes are played
-    again (rollout.episode_retries), and every sample of every task comes back whole."""
+    again (rollout.episode_retries), and every sample of every task comes back whole. A snapshot
+    the first handed out before it died restores on the other and on its restart."""
     import itertools
     import os
     import signal
 
     from agentgym_rl.envs.spawned import SpawnedServers
 
+    from agentgym_rl.envs.remote import EnvServer
+
     servers = SpawnedServers("textcraft", {"variant": 0}, 2, probe_every=0.2)
     try:
+        first = HttpEnv(EnvServer(servers.urls[0], token=servers.token))
+        first.reset(3)
+        first.step("inventory")
+        state = first.snapshot()  # signed by server 0, which is about to die
         calls, killed = itertools.count(1), []
 
         class KillingExpert(EnvExpert):
@@ -404,6 +411,14 @@ def test_a_spawned_server_killed_mid_rollout_is_restarted_and_its_episodes_playe
             assert time.monotonic() < deadline, "the killed server was not restarted"
             time.sleep(0.2)
         assert httpx.get(f"{servers.urls[0]}/v1/status").status_code == 401  # its token guards it again
+        # The servers share a snapshot key, restarts included: either continues the dead one's episode.
+        continued = []
+        for url in servers.urls:
+            env = HttpEnv(EnvServer(url, token=servers.token))
+            env.reset(0)
+            env.restore(state)
+            continued.append(env.step("inventory")[0])
+        assert continued[0] == continued[1]
     finally:
         servers.close()
 

@@ -318,14 +318,27 @@ def serve_env(
     idle_seconds: float = typer.Option(3600.0, min=1.0, help="Close instances unused this long."),
     env_arg: Optional[List[str]] = ENV_ARG,
 ) -> None:
-    """Serve an environment over HTTP (the uniform API of `agentgym_rl.server.app`; docs at /docs)."""
+    """Serve an environment over HTTP (the uniform API of `agentgym_rl.server.app`; docs at /docs).
+
+    Snapshots are signed with the key in $AGENTGYM_RL_SNAPSHOT_KEY (hex, at least 32 bytes):
+    servers given one key restore each other's snapshots, and a restarted server its own; without
+    it, a random key, so only this process restores what it handed out."""
     from .config import apply_override
     from .server.app import create_app
 
     kwargs: dict = {}
     for item in env_arg or []:
         apply_override(kwargs, item)
-    _serve(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds), host, port)
+    key = os.environ.get("AGENTGYM_RL_SNAPSHOT_KEY")
+    try:
+        snapshot_key = bytes.fromhex(key) if key else None
+    except ValueError:
+        snapshot_key = b""
+    if snapshot_key is not None and len(snapshot_key) < 32:
+        raise UserError("AGENTGYM_RL_SNAPSHOT_KEY must be at least 32 bytes written in hex (64 hex digits), "
+                        "e.g. from `python -c 'import secrets; print(secrets.token_hex(32))'`")
+    _serve(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds,
+                      snapshot_key=snapshot_key), host, port)
 
 
 @app.command("serve-retriever")

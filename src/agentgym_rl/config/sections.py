@@ -186,7 +186,9 @@ class RolloutConfig:
     (from the checkpoint whose weights played them) instead of playing them again, each from
     its own random stream, so they end as they would have. 0: off. Needs an environment that
     snapshots (see `fork_at`); not with `train.asynchronous`, Ray workers or torchrun yet. Its
-    cost is logged per step (`time/journal_s`, `rollout/journal_mb`)."""
+    cost is logged per step (`time/journal_s`, `rollout/journal_mb`). With `env.spawn_servers`
+    the servers sign snapshots with a key kept in `inflight/snapshot.key`, which a resumed run's
+    servers take again."""
     fork_at: NonNegative = 0
     """Branch a task's samples from one episode at this turn (0: off): the first sample plays
     `fork_at` turns, its environment is snapshotted (`TextEnv.snapshot`), and the others

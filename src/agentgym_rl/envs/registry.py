@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import itertools
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -150,7 +148,7 @@ def _ray_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: 
 
 
 def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeout: float) -> Callable[[], TextEnv]:
-    from .remote import RemoteEnvError
+    from .remote import RemoteEnvError, in_turn
 
     if kwargs:
         raise UserError(f"env.kwargs {kwargs} cannot reach environment servers: start them with "
@@ -162,21 +160,7 @@ def _remote_factory(env_id: str, kwargs: dict[str, Any], urls: list[str], timeou
                           else _our_server(env_id, url, timeout))
         except RemoteEnvError as error:
             raise UserError(f"environment server {url}: {error}") from None
-    turn = itertools.count()
-    lock = threading.Lock()
-
-    def factory() -> TextEnv:
-        """The next server's environment in turn, passing over servers known to be down (failed
-        over: with `rollout.episode_retries` an episode a dead server took is played on the
-        others); with all of them down, the next in turn (its episode fails and says why)."""
-        with lock:
-            start = next(turn)
-            order = [makers[(start + k) % len(makers)] for k in range(len(makers))]
-            make_one = next((make for server, make in order if server.reachable()), order[0][1])
-        return make_one()
-
-    factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
-    return factory
+    return in_turn(makers)
 
 
 def _our_server(env_id: str, url: str, timeout: float) -> tuple[Any, Callable[[], TextEnv]]:

@@ -10,9 +10,11 @@ the rollout engine records that episode as failed.
 from __future__ import annotations
 
 import base64
+import itertools
 import os
+import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -99,6 +101,24 @@ class ServerConnection:
 
     def close(self) -> None:
         self._http.close()
+
+
+def in_turn(servers: list[tuple[ServerConnection, Callable[[], TextEnv]]]) -> Callable[[], TextEnv]:
+    """A factory of environments on `servers` ((connection, make) pairs) in turn, passing over a
+    server known to be down (`ServerConnection.reachable`): with `rollout.episode_retries`, an
+    episode a dead server took is played on the others. With all of them down, the next in turn
+    (its episode fails and says why)."""
+    turn, lock = itertools.count(), threading.Lock()
+
+    def factory() -> TextEnv:
+        with lock:
+            start = next(turn)
+            order = [servers[(start + k) % len(servers)] for k in range(len(servers))]
+            make = next((make for server, make in order if server.reachable()), order[0][1])
+        return make()
+
+    factory.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
+    return factory
 
 
 class EnvServer(ServerConnection):

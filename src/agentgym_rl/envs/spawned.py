@@ -10,7 +10,6 @@ whole.
 
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import signal
@@ -49,14 +48,17 @@ class SpawnedServers:
         probe_every: seconds between two rounds of health probes.
         unanswered: seconds a server may fail its probes before it is restarted.
         log: where restarts are reported.
+        snapshot_key: the key every server (and every restart) signs snapshots with, so that any
+            of them restores what another handed out (default: a random one for this object).
     """
 
     def __init__(self, env_id: str, kwargs: dict[str, Any], count: int, probe_every: float = 1.0,
-                 unanswered: float = 10.0, log: Callable[[str], Any] = print):
+                 unanswered: float = 10.0, log: Callable[[str], Any] = print, snapshot_key: bytes | None = None):
         if count < 1:
             raise ValueError(f"count must be >= 1, got {count}")
         self.env_id, self.kwargs, self.log = env_id, dict(kwargs), log
         self.token = secrets.token_urlsafe(24)
+        self.snapshot_key = snapshot_key or secrets.token_bytes(32)
         self.ports = [_free_port() for _ in range(count)]
         self.urls = [f"http://127.0.0.1:{port}" for port in self.ports]
         self.restarts = 0
@@ -83,7 +85,8 @@ class SpawnedServers:
         return args
 
     def _start(self, index: int) -> None:
-        environment = {**os.environ, "AGENTGYM_RL_ENV_TOKEN": self.token}
+        environment = {**os.environ, "AGENTGYM_RL_ENV_TOKEN": self.token,
+                       "AGENTGYM_RL_SNAPSHOT_KEY": self.snapshot_key.hex()}
         # Its log goes to a file, not a pipe nobody reads (a full pipe would stall the server).
         self._logs[index] = tempfile.TemporaryFile()
         self._processes[index] = subprocess.Popen(self._command(index), env=environment, stdout=self._logs[index],
@@ -142,19 +145,12 @@ class SpawnedServers:
 
     # -------------------------------------------------------------------------- clients
     def factory(self, timeout: float = 60.0) -> Callable[[], TextEnv]:
-        """Builds clients of the servers in turn (`HttpEnv`s with this run's token)."""
-        from .remote import EnvServer, HttpEnv
+        """Builds clients of the servers in turn (`HttpEnv`s with this run's token), passing over
+        one that is down while the watchdog restarts it (`remote.in_turn`)."""
+        from .remote import EnvServer, HttpEnv, in_turn
 
         servers = [EnvServer(url, token=self.token, timeout=timeout) for url in self.urls]
-        turn, lock = itertools.count(), threading.Lock()
-
-        def make() -> TextEnv:
-            with lock:
-                server = servers[next(turn) % len(servers)]
-            return HttpEnv(server)
-
-        make.max_parallel = 0  # type: ignore[attr-defined]  (each server enforces its own limit)
-        return make
+        return in_turn([(server, lambda server=server: HttpEnv(server)) for server in servers])
 
     def close(self) -> None:
         """Stop watching and stop every server (safe to call more than once)."""

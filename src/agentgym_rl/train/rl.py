@@ -183,7 +183,11 @@ class RLTrainer(Trainer):
             from ..envs.spawned import SpawnedServers
 
             registry.env_factory(config.env.id, config.env.kwargs)  # bad arguments: an error here, not in a server
-            self.servers = SpawnedServers(config.env.id, config.env.kwargs, config.env.spawn_servers, log=self.log)
+            # Journaled episodes are restored on the servers of a resumed run: they keep the run's key.
+            key_file = self.run_dir / "inflight" / "snapshot.key"
+            key = bytes.fromhex(key_file.read_text()) if config.rollout.journal_every and key_file.is_file() else None
+            self.servers = SpawnedServers(config.env.id, config.env.kwargs, config.env.spawn_servers, log=self.log,
+                                          snapshot_key=key)
             make_env = self.servers.factory(config.env.server_timeout)
         else:
             make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls,
@@ -236,6 +240,11 @@ class RLTrainer(Trainer):
             if self.reference is not None and "reference" in state:
                 self.reference.load_state_dict(state["reference"])
         self.metrics = self.session.metrics
+        if self.servers is not None and cfg.rollout.journal_every and self.rank == 0:
+            key_file = self.run_dir / "inflight" / "snapshot.key"
+            key_file.parent.mkdir(exist_ok=True)
+            key_file.touch(mode=0o600)
+            key_file.write_text(self.servers.snapshot_key.hex())
         self.metrics.truncate_after(start)
         if self.world > 1 and self.rank == 0:
             if state is None:
