@@ -7,6 +7,7 @@ Run by hand, alone on the machine (two processes would share its cores); copy th
 docs/BENCHMARKS.md with the date and machine. Nothing here is asserted in tests.
 
     python bench/async_rl.py [--config src/agentgym_rl/configs/quickstart.yaml] [--staleness 1 2] [--steps 44]
+                             [--warmup-from runs/bench_async/sync/warmup_model]
 """
 
 from __future__ import annotations
@@ -74,14 +75,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/bench_async")
     parser.add_argument("--set", nargs="*", default=[], help="overrides put on every arm")
+    parser.add_argument("--warmup-from", help="a warmed-up model folder every arm starts from (the sync arm "
+                                              "then skips its warm-up too): for timings alone")
     args = parser.parse_args()
     out = Path(args.out).resolve()
     common = [f"run.seed={args.seed}", *([f"train.steps={args.steps}"] if args.steps else []), *args.set]
-    rows, wall = train(args.config, "sync", out, common)
+    warmed = Path(args.warmup_from).resolve() if args.warmup_from else out / "sync" / "warmup_model"
+    warm = [f"model.path={warmed}", "warmup.episodes=0"]
+    rows, wall = train(args.config, "sync", out, [*common, *(warm if args.warmup_from else [])])
     results = [summary("sync", rows, wall)]
     synchronous = final_items(out / "sync")
     results[0]["vs_sync"] = (0.0, 0.0)
-    warm = [f"model.path={out / 'sync' / 'warmup_model'}", "warmup.episodes=0"]
     for k in args.staleness:
         rows, wall = train(args.config, f"async_k{k}", out,
                            [*common, *warm, "train.asynchronous=true", f"rollout.max_staleness={k}"])
