@@ -17,63 +17,76 @@ from test_train_e2e import REPO, TINY
 
 from agentgym_rl.rollout.trajectory import load_trajectories
 
-# Trains in a process of its own; with a kill point N, that process SIGKILLs itself at the Nth
-# environment step of RL step 2's rollout (steps run in the engine's threads: the whole process
-# goes, as with `kill -9`).
+# Trains in a process of its own, which SIGKILLs itself at the Nth environment step of RL step
+# 2's rollout (steps run in the engine's threads: the whole process goes, as with `kill -9`).
 SCRIPT = """
 import json, os, signal, sys, threading
 from agentgym_rl.config import RLConfig, load_config
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.train.rl import RLTrainer
 
-config_path, overrides, kill_at, resume = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-if kill_at:
-    play_step, env_step = RLTrainer._play_step, RolloutEngine._step
-    counted, lock = {"on": False, "calls": 0}, threading.Lock()
+config_path, overrides, kill_at = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+play_step, env_step = RLTrainer._play_step, RolloutEngine._step
+counted, lock = {"on": False, "calls": 0}, threading.Lock()
 
-    def playing(self, step, horizon):
-        counted["on"] = step == 1
-        return play_step(self, step, horizon)
+def playing(self, step, horizon):
+    counted["on"] = step == 1
+    return play_step(self, step, horizon)
 
-    def dying(self, *args):
-        with lock:
-            counted["calls"] += counted["on"]
-            if counted["calls"] == kill_at:
-                os.kill(os.getpid(), signal.SIGKILL)
-        return env_step(self, *args)
+def dying(self, *args):
+    with lock:
+        counted["calls"] += counted["on"]
+        if counted["calls"] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    return env_step(self, *args)
 
-    RLTrainer._play_step, RolloutEngine._step = playing, dying
-RLTrainer(load_config(RLConfig, config_path, overrides), log=print).fit(resume=resume)
+RLTrainer._play_step, RolloutEngine._step = playing, dying
+RLTrainer(load_config(RLConfig, config_path, overrides), log=print).fit()
 """
 
 
-def _train(tmp_path: Path, name: str, kill_at: int = 0, resume: bool = False) -> subprocess.CompletedProcess:
-    overrides = [*TINY, "env.id=textcraft", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
-                 "train.steps=2", "train.save_every=1", "train.validate_every=0", "rollout.threads=1",
-                 "rollout.journal_every=1", "schedule.horizons=[4]", "warmup.episodes=6"]
+def _overrides(tmp_path: Path, name: str) -> list[str]:
+    return [*TINY, "env.id=textcraft", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
+            "train.steps=2", "train.save_every=1", "train.validate_every=0", "rollout.threads=1",
+            "rollout.journal_every=1", "schedule.horizons=[4]", "warmup.episodes=0"]
+
+
+def _train(tmp_path: Path, name: str, resume: bool = False) -> None:
+    """In this process, on one thread as the killed process (so the same float rounding)."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", _overrides(tmp_path, name))
+        RLTrainer(config, log=lambda _: None).fit(resume=resume)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_until_killed(tmp_path: Path, name: str, kill_at: int) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SCRIPT, str(REPO / "configs" / "babyai_grpo.yaml"),
-                           json.dumps(overrides), str(kill_at), "1" if resume else "0"],
+                           json.dumps(_overrides(tmp_path, name)), str(kill_at)],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")})
 
 
 @pytest.mark.slow
 def test_sigkill_mid_rollout_then_resume_finishes_every_started_episode_once_as_if_never_stopped(tmp_path):
-    whole = _train(tmp_path, "whole")
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    _train(tmp_path, "whole")
     straight = tmp_path / "whole"
     second = load_trajectories(straight / "trajectories" / "step_000002.jsonl")
     # Die two environment steps into the second turn of step 2: its first turn is journaled.
     kill_at = len(second) + 2
-    killed = _train(tmp_path, "killed", kill_at=kill_at)
+    killed = _train_until_killed(tmp_path, "killed", kill_at)
     assert killed.returncode == -9, killed.stderr[-3000:]
     run_dir = tmp_path / "killed"
     assert not (run_dir / "checkpoints" / "step_000002").exists()
     assert (run_dir / "inflight" / "step_000002_round_0.journal").is_file()
     assert not (run_dir / "inflight" / "step_000001_round_0.journal").exists()  # step 1's checkpoint holds it
 
-    resumed = _train(tmp_path, "killed", resume=True)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _train(tmp_path, "killed", resume=True)
     again = load_trajectories(run_dir / "trajectories" / "step_000002.jsonl")
     assert [(t.group, t.item_id) for t in again] == [(t.group, t.item_id) for t in second]  # each once
     assert [t.input_ids for t in again] == [t.input_ids for t in second]
