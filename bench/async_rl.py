@@ -7,7 +7,7 @@ Run by hand, alone on the machine (two processes would share its cores); copy th
 docs/BENCHMARKS.md with the date and machine. Nothing here is asserted in tests.
 
     python bench/async_rl.py [--config src/agentgym_rl/configs/quickstart.yaml] [--staleness 1 2] [--steps 44]
-                             [--warmup-from runs/bench_async/sync/warmup_model]
+                             [--warmup-from runs/bench_async/sync/warmup_model] [--journal]
 """
 
 from __future__ import annotations
@@ -59,7 +59,10 @@ def summary(name: str, rows: list[dict], wall: float) -> dict:
     histogram: dict[int, int] = {}
     for r in steps:
         histogram[r.get("async/staleness", 0)] = histogram.get(r.get("async/staleness", 0), 0) + 1
+    journal = [r["time/journal_s"] / r["time/rollout_s"] for r in steps if "time/journal_s" in r]
     return {"arm": name, "steps": len(steps), "step_s": statistics.median(step_s),
+            "journal_share": statistics.median(journal) if journal else None,
+            "journal_mb": max((r["rollout/journal_mb"] for r in steps if "rollout/journal_mb" in r), default=None),
             "step_s_range": (min(step_s), max(step_s)), "rl_s": sum(r["time/step_s"] for r in steps),
             "wait_s": statistics.median([r.get("time/wait_s", 0.0) for r in steps[1:]]),
             "staleness": dict(sorted(histogram.items())), "val_before": validations[0]["val/success"],
@@ -75,6 +78,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="runs/bench_async")
     parser.add_argument("--set", nargs="*", default=[], help="overrides put on every arm")
+    parser.add_argument("--journal", action="store_true", help="also a sync arm with rollout.journal_every=1")
     parser.add_argument("--warmup-from", help="a warmed-up model folder every arm starts from (the sync arm "
                                               "then skips its warm-up too): for timings alone")
     args = parser.parse_args()
@@ -86,6 +90,10 @@ def main() -> None:
     results = [summary("sync", rows, wall)]
     synchronous = final_items(out / "sync")
     results[0]["vs_sync"] = (0.0, 0.0)
+    if args.journal:  # what writing the in-flight episodes every turn costs a synchronous run
+        rows, wall = train(args.config, "sync_journal", out, [*common, *warm, "rollout.journal_every=1"])
+        results.append({**summary("sync, journal every turn", rows, wall),
+                        "vs_sync": paired(synchronous, final_items(out / "sync_journal"))})
     for k in args.staleness:
         rows, wall = train(args.config, f"async_k{k}", out,
                            [*common, *warm, "train.asynchronous=true", f"rollout.max_staleness={k}"])
@@ -104,6 +112,10 @@ def main() -> None:
               f"{r['wait_s']:.2f} s | {r['rl_s'] / 60:.1f} min | {staleness} | "
               f"{100 * r['val_before']:.1f}% → {100 * r['val_after']:.1f}% | {change:+.1f} ({se:.1f}) | "
               f"{100 * r['train_success_last10']:.1f}% |")
+    for r in results:
+        if r["journal_share"] is not None:
+            print(f"{r['arm']}: journal writes took {100 * r['journal_share']:.1f}% of the rollout time (median "
+                  f"step), the largest journal {r['journal_mb']:.2f} MB")
 
 
 if __name__ == "__main__":
