@@ -227,9 +227,10 @@ class RolloutEngine:
         except NotImplementedError as error:
             raise UserError(f"rollout.journal_every keeps unfinished episodes as environment snapshots: {error}") \
                 from None
-        for episode in live:
-            if isinstance(states[id(episode)], Exception):
-                self._fail(episode, states.pop(id(episode)))
+        failed = [e for e in live if isinstance(states[id(e)], Exception)]
+        for episode in failed:
+            self._fail(episode, states.pop(id(episode)))
+        self._retry_failed(failed, jobs)
         kept = [{**{name: getattr(e, name) for name in _JOURNALED}, "env_state": states.get(id(e))} for e in episodes]
         self.journal_bytes = journal.save(signature, {"episodes": kept, "jobs": jobs, "started": started})
         self.journal_s += time.perf_counter() - began
