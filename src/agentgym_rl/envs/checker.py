@@ -21,7 +21,9 @@ def check_env(env: TextEnv, item_id: int | str = 0, actions: list[str] | None = 
 
     Checks: step before reset raises `EnvStateError`; reset returns (str, dict with
     "item_id"); reset is deterministic for an item; the same actions give the same
-    observations; an unparsable action is answered, not raised; close twice is safe.
+    observations; an unparsable action is answered, not raised; close twice is safe; and for an
+    environment that snapshots, a restore (in its episode or a new one) continues as the
+    snapshot's episode did.
 
     Args:
         env: a fresh environment (it is closed at the end).
@@ -62,11 +64,24 @@ def check_env(env: TextEnv, item_id: int | str = 0, actions: list[str] | None = 
     env.close()
 
 
+def _expert_script(env: TextEnv, item_id: int | str, turns: int) -> list[str]:
+    """The environment's expert's first `turns` actions on the item (none without an expert)."""
+    env.reset(item_id, seed=0)
+    script: list[str] = []
+    while len(script) < turns and (action := env.expert_action()) is not None:
+        script.append(action)
+        if any(env.step(action)[2:4]):
+            break
+    return script
+
+
 def _check_snapshot(env: TextEnv, item_id: int | str, actions: list[str] | None) -> None:
     """For an environment that snapshots: after a restore, the same actions give the same results
-    as they did after the snapshot was taken, in the episode it came from or in another."""
+    as they did after the snapshot was taken, in the episode it came from or in another. By
+    default the actions are its expert's (they change the state, so a restore that restores
+    nothing is caught), else its first available action."""
+    script = actions or _expert_script(env, item_id, 4) or [(env.available_actions() or ["look"])[0]] * 3
     env.reset(item_id, seed=0)
-    script = actions or [(env.available_actions() or ["look"])[0]] * 3
     first = env.step(script[0])
     try:
         state = env.snapshot()
