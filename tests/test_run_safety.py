@@ -140,7 +140,7 @@ def test_a_generator_with_its_own_model_copy_is_kept_in_sync(tmp_path, counter_e
 
     copies, shared_model_policy = [], Session.policy
 
-    def policy_with_own_copy(self, temperature, listed_actions_only=False):
+    def policy_with_own_copy(self, temperature, listed_actions_only=False, model=None):
         policy = shared_model_policy(self, temperature, listed_actions_only)
         model = copy.deepcopy(self.model)
         copies.append(model)

@@ -80,7 +80,10 @@ def _check_snapshot(env: TextEnv, item_id: int | str, actions: list[str] | None)
     as they did after the snapshot was taken, in the episode it came from or in another. By
     default the actions are its expert's (they change the state, so a restore that restores
     nothing is caught), else its first available action."""
-    script = actions or _expert_script(env, item_id, 4) or [(env.available_actions() or ["look"])[0]] * 3
+    script = actions or _expert_script(env, item_id, 4)
+    if not actions and len(script) < 2:  # the snapshot is taken after the first action: the rest needs some
+        env.reset(item_id, seed=0)
+        script = [(env.available_actions() or ["look"])[0]] * 3
     env.reset(item_id, seed=0)
     first = env.step(script[0])
     try:
@@ -92,7 +95,11 @@ def _check_snapshot(env: TextEnv, item_id: int | str, actions: list[str] | None)
     def rest() -> list[tuple]:
         trace = []
         for action in [*script[1:], "!!not an action!!"]:
-            obs, reward, terminated, truncated, _ = env.step(action)
+            try:
+                obs, reward, terminated, truncated, _ = env.step(action)
+            except EnvStateError as error:  # e.g. a restore that left the ended episode as it was
+                trace.append(("raised", str(error)))
+                break
             trace.append((obs, reward, terminated, truncated))
             if terminated or truncated:
                 break
