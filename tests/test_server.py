@@ -468,3 +468,12 @@ def test_a_server_that_went_away_is_passed_over_for_the_healthy_one(counter_env_
             played = engine.run(tasks, CounterExpert(), max_turns=5, samples=2)
             assert all(t.error is None and t.success for t in played) and len(played) == 8
             assert engine.retried == 4  # the 8 episodes started at once took each server in turn
+
+
+def test_check_env_passes_for_a_mix_in_process_and_through_http():
+    """A mix snapshots the member playing (the check_env snapshot rules), here and over HTTP."""
+    members = {"members": [{"id": "babyai"}, {"id": "textcraft"}]}
+    for item in ("babyai_3", "textcraft_3"):
+        check_env(registry.make("mix", **members), item_id=item)
+    with serving("mix", env_kwargs=members) as url:
+        check_env(HttpEnv(url), item_id="textcraft_3")
