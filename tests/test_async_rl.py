@@ -131,21 +131,31 @@ def test_asynchronous_with_max_staleness_0_is_the_synchronous_run(tmp_path, coun
 
 
 def test_with_max_staleness_2_no_step_trains_on_older_weights(tmp_path, counter_env_registered, monkeypatch):
-    """A slow learner lets the generator run ahead to the bound and no further."""
+    """The learner updates step s only once the generator has played step s + 2, as far ahead as
+    the bound lets it: from step 2 on every step trains on data exactly 2 updates old, never
+    older (a generator one step too far ahead would show a 3)."""
     from agentgym_rl.train.rl import RLTrainer
 
-    update = RLTrainer.update
+    update, play_step, played = RLTrainer.update, RLTrainer._play_step, [-1]
 
-    def slow_update(self, trajectories, step):
-        time.sleep(0.4)  # the generator, much faster here, plays ahead meanwhile
+    def recorded_play(self, step, horizon):
+        result = play_step(self, step, horizon)
+        played.append(step)
+        return result
+
+    def waiting_update(self, trajectories, step):
+        deadline = time.monotonic() + 60
+        while max(played) < min(step + 2, 5) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return update(self, trajectories, step)
 
-    monkeypatch.setattr(RLTrainer, "update", slow_update)
+    monkeypatch.setattr(RLTrainer, "_play_step", recorded_play)
+    monkeypatch.setattr(RLTrainer, "update", waiting_update)
     lines = []
     run_dir = _fit(tmp_path, "ahead", "train.asynchronous=true", "rollout.max_staleness=2", "train.steps=6",
                    "train.validate_every=0", log=lines.append)
     staleness = [r["async/staleness"] for r in _rows(run_dir) if "train/success" in r]
-    assert max(staleness) == 2 and staleness[-1] == 2, staleness
+    assert staleness == [0, 1, 2, 2, 2, 2], staleness
     for step, stale in enumerate(staleness, start=1):
         trajectories = load_trajectories(run_dir / "trajectories" / f"step_{step:06d}.jsonl")
         assert {t.policy_version for t in trajectories} == {step - 1 - stale}
