@@ -20,6 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from agentgym_rl.quickstart import paired_difference
+from agentgym_rl.train.asynchronous import staleness_histogram
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -47,8 +50,8 @@ def final_items(run_dir: Path) -> dict[str, float]:
 
 def paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float]:
     """Mean of b − a over the items, in points, and its standard error."""
-    diffs = [100 * (b[item] - a[item]) for item in a]
-    return statistics.mean(diffs), statistics.stdev(diffs) / len(diffs) ** 0.5
+    mean, se, _, _ = paired_difference(a, b)
+    return 100 * mean, 100 * se
 
 
 def summary(name: str, rows: list[dict], wall: float) -> dict:
@@ -56,16 +59,14 @@ def summary(name: str, rows: list[dict], wall: float) -> dict:
     validations = [r for r in rows if "val/success" in r]
     # The first step also builds caches and (asynchronously) starts the generator: left out.
     step_s = [r["time/step_s"] for r in steps[1:]]
-    histogram: dict[int, int] = {}
-    for r in steps:
-        histogram[r.get("async/staleness", 0)] = histogram.get(r.get("async/staleness", 0), 0) + 1
+    histogram = staleness_histogram([r.get("async/staleness", 0) for r in steps])
     journal = [r["time/journal_s"] / r["time/rollout_s"] for r in steps if "time/journal_s" in r]
     return {"arm": name, "steps": len(steps), "step_s": statistics.median(step_s),
             "journal_share": statistics.median(journal) if journal else None,
             "journal_mb": max((r["rollout/journal_mb"] for r in steps if "rollout/journal_mb" in r), default=None),
             "step_s_range": (min(step_s), max(step_s)), "rl_s": sum(r["time/step_s"] for r in steps),
             "wait_s": statistics.median([r.get("time/wait_s", 0.0) for r in steps[1:]]),
-            "staleness": dict(sorted(histogram.items())), "val_before": validations[0]["val/success"],
+            "staleness": histogram, "val_before": validations[0]["val/success"],
             "val_after": validations[-1]["val/success"], "train_success_last10": statistics.mean(
                 r["train/success"] for r in steps[-10:]), "wall_s": wall}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -126,7 +127,4 @@ class RolloutsAhead:
 
 def staleness_histogram(stalenesses: list[int]) -> dict[int, int]:
     """How many steps were trained on data k versions old, for each k seen (ascending)."""
-    counts: dict[int, int] = {}
-    for value in sorted(stalenesses):
-        counts[value] = counts.get(value, 0) + 1
-    return counts
+    return dict(sorted(Counter(stalenesses).items()))

@@ -111,6 +111,23 @@ def per_env_metrics(prefix: str, stats: dict[str, Any]) -> dict[str, float]:
             for key, name in (("success", "success"), ("reward", "avg_reward"))}
 
 
+def not_alongside(config: RLConfig, world: int) -> str | None:
+    """Why `train.asynchronous` or `rollout.journal_every` cannot run with the rest of the run
+    (`world` processes under torchrun); None when nothing clashes."""
+    workers, torchrun = "Ray rollout workers (rollout.workers)", "torchrun"
+    for feature, on, clashes in (
+            ("train.asynchronous", config.train.asynchronous,
+             {torchrun: world > 1, workers: config.rollout.workers > 0,
+              "rollout.generator: vllm": config.rollout.generator == "vllm"}),
+            ("rollout.journal_every", config.rollout.journal_every > 0,
+             {"train.asynchronous": config.train.asynchronous, torchrun: world > 1,
+              workers: config.rollout.workers > 0})):
+        clash = next((name for name, present in clashes.items() if present), None) if on else None
+        if clash:
+            return f"{feature} does not run with {clash} yet: drop one of the two"
+    return None
+
+
 def weights_fingerprint(model: Any) -> str:
     """A digest of `model`'s parameters: a journal is continued only by the weights that wrote it."""
     digest = hashlib.blake2b(digest_size=16)
@@ -141,18 +158,9 @@ class RLTrainer(Trainer):
                             "no task: use at least one task per rank")
         if self.rank > 0:
             self.log = lambda line: None  # rank 0 reports
-        if config.train.asynchronous:
-            alongside = ("torchrun" if self.world > 1 else "Ray rollout workers (rollout.workers)"
-                         if config.rollout.workers else "rollout.generator: vllm"
-                         if config.rollout.generator == "vllm" else None)
-            if alongside:
-                raise UserError(f"train.asynchronous does not run with {alongside} yet: "
-                                "drop one of the two")
-        if config.rollout.journal_every:
-            alongside = ("train.asynchronous" if config.train.asynchronous else "torchrun" if self.world > 1
-                         else "Ray rollout workers (rollout.workers)" if config.rollout.workers else None)
-            if alongside:
-                raise UserError(f"rollout.journal_every does not run with {alongside} yet: drop one of the two")
+        clash = not_alongside(config, self.world)
+        if clash:
+            raise UserError(clash)
         self.algorithm = config.algo.spec()
         try:
             adaptive = config.algo.kl_control == "adaptive"
@@ -184,7 +192,7 @@ class RLTrainer(Trainer):
 
             registry.env_factory(config.env.id, config.env.kwargs)  # bad arguments: an error here, not in a server
             # Journaled episodes are restored on the servers of a resumed run: they keep the run's key.
-            key_file = self.run_dir / "inflight" / "snapshot.key"
+            key_file = self._snapshot_key_file
             key = bytes.fromhex(key_file.read_text()) if config.rollout.journal_every and key_file.is_file() else None
             self.servers = SpawnedServers(config.env.id, config.env.kwargs, config.env.spawn_servers, log=self.log,
                                           snapshot_key=key)
@@ -241,7 +249,7 @@ class RLTrainer(Trainer):
                 self.reference.load_state_dict(state["reference"])
         self.metrics = self.session.metrics
         if self.servers is not None and cfg.rollout.journal_every and self.rank == 0:
-            key_file = self.run_dir / "inflight" / "snapshot.key"
+            key_file = self._snapshot_key_file
             key_file.parent.mkdir(exist_ok=True)
             key_file.touch(mode=0o600)
             key_file.write_text(self.servers.snapshot_key.hex())
@@ -265,6 +273,11 @@ class RLTrainer(Trainer):
         if self.rank > 0:  # the ranks loaded rank 0's random state; rollouts draw from per-episode streams,
             torch.manual_seed(cfg.run.seed + 7919 * self.rank + start)  # anything else a rank draws is its own
         return start
+
+    @property
+    def _snapshot_key_file(self) -> Path:
+        """Where the key of the run's spawned servers is kept while it journals (`rollout.journal_every`)."""
+        return self.run_dir / "inflight" / "snapshot.key"
 
     def _start_workers(self) -> Any:
         from ..rollout.ray_workers import RayRollouts
