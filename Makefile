@@ -78,6 +78,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/web_env.py
 	$(BIN)/python bench/viewer.py
 	$(BIN)/python bench/async_rl.py
+	$(BIN)/python bench/stream_sampler.py --against b9e7d5d
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

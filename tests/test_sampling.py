@@ -20,7 +20,31 @@ def test_streams_and_position_seeds_are_pure_and_distinct():
     assert episode_stream(0, "babyai_3", 1) not in others and len(others) == 3
     seeds = [position_seed(12345, p) for p in range(1000)]
     assert len(set(seeds)) == 1000 and all(0 <= s < 2**63 for s in seeds)
-    assert torch.equal(gumbel_noise(7, 5), gumbel_noise(7, 5)) and not torch.equal(gumbel_noise(7, 5), gumbel_noise(8, 5))
+
+
+def _splitmix64_gumbel(seed: int, index: int) -> float:
+    """Entry `index` of a row's noise, written out from SplitMix64's definition in Python ints."""
+    mask = (1 << 64) - 1
+    z = (seed + (index + 1) * 0x9E3779B97F4A7C15) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    z ^= z >> 31
+    return -math.log(-math.log(((z >> 11) + 0.5) * 2.0 ** -53))
+
+
+def test_the_noise_is_splitmix64_per_row_and_a_row_ignores_its_batch_mates():
+    seeds = [7, 2**63 - 1, 0, 123456789, 5, 6]  # 2**63 - 1: int64 arithmetic wraps and shifts logically
+    noise = gumbel_noise(seeds, 300)
+    assert noise.shape == (6, 300) and noise.dtype == torch.float64
+    for row, seed in enumerate(seeds):
+        expected = torch.tensor([_splitmix64_gumbel(seed, v) for v in range(300)], dtype=torch.float64)
+        assert torch.allclose(noise[row], expected, rtol=0, atol=1e-12), seed
+    assert torch.equal(gumbel_noise([123456789], 300)[0], noise[3])  # alone or in a chunk with others
+    assert not torch.equal(noise[0], noise[4])
+    # standard Gumbel: mean Euler's gamma, variance pi^2 / 6 (200,000 draws, 5 standard errors)
+    many = gumbel_noise([11, 12], 100_000).flatten()
+    assert abs(many.mean().item() - 0.5772156649) < 5 * math.sqrt(math.pi**2 / 6 / many.numel())
+    assert abs(many.var().item() - math.pi**2 / 6) < 0.05
 
 
 def test_the_sampler_draws_from_the_tempered_softmax_and_records_its_logprobs():

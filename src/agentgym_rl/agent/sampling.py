@@ -26,6 +26,14 @@ def episode_stream(seed: int, item_id: str, sample: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def _signed(constant: int) -> int:
+    """A 64-bit constant as the int64 whose bits it is (torch multiplies int64 modulo 2**64)."""
+    return constant - (1 << 64) if constant >= 1 << 63 else constant
+
+
+_GOLDEN, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
 def position_seed(stream: int, position: int) -> int:
     """The seed of the draw for the token at `position` of the stream's episode (SplitMix64's
     finaliser over stream and position: neighbouring positions get unrelated seeds)."""
@@ -35,13 +43,40 @@ def position_seed(stream: int, position: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
-def gumbel_noise(seed: int, size: int) -> Any:
-    """(size,) float64 standard Gumbel noise, a function of `seed` alone."""
+def _shift_right(x: Any, bits: int, out: Any) -> Any:
+    """out = x >>> bits: the logical shift of int64 bits (torch's >> keeps the sign)."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    uniform = torch.rand(size, generator=generator, dtype=torch.float64).clamp_(min=1e-300)
-    return -torch.log(-torch.log(uniform))
+    torch.bitwise_right_shift(x, bits, out=out)
+    return out.bitwise_and_((1 << (64 - bits)) - 1)
+
+
+def gumbel_noise(seeds: list[int], size: int, device: Any = None) -> Any:
+    """(len(seeds), size) float64 standard Gumbel noise; row i is a function of seeds[i] alone.
+
+    A counter-based generator: entry (i, v) is SplitMix64's output for state seeds[i] + (v + 1) *
+    golden gamma (Steele, Lea & Flood 2014), its top 53 bits a uniform u in (0, 1), and the noise
+    -log(-log u). Integer arithmetic modulo 2**64 gives the same bits on every device, and all
+    rows are made by a few vectorised operations where they are needed: on a GPU, a generator
+    seeded per row on the CPU cost more than the model's own decoding step (~0.2 s a step for 128
+    rows of SmolLM2's 49,152 tokens).
+    """
+    import torch
+
+    counters = torch.arange(1, size + 1, dtype=torch.int64, device=device).mul_(_GOLDEN)
+    noise = torch.empty(len(seeds), size, dtype=torch.float64, device=device)
+    # On the CPU, a few rows at a time keep the int64 scratch in cache (2.4x faster for 128 rows).
+    chunk = len(seeds) if noise.device.type != "cpu" else 4
+    for start in range(0, len(seeds), chunk):
+        rows = torch.tensor(seeds[start:start + chunk], dtype=torch.int64, device=device).unsqueeze(1)
+        x = counters.unsqueeze(0) + rows
+        scratch = torch.empty_like(x)
+        x.bitwise_xor_(_shift_right(x, 30, scratch)).mul_(_MIX1)
+        x.bitwise_xor_(_shift_right(x, 27, scratch)).mul_(_MIX2)
+        x.bitwise_xor_(_shift_right(x, 31, scratch))
+        uniform = noise[start:start + chunk].copy_(_shift_right(x, 11, scratch)).add_(0.5).mul_(2.0 ** -53)
+        uniform.log_().neg_().log_().neg_()
+    return noise
 
 
 class StreamSampler:
@@ -71,8 +106,9 @@ class StreamSampler:
 
         step = len(self.logprobs)
         tempered = scores.float() / self.temperature
-        noise = torch.stack([gumbel_noise(position_seed(stream, position + step), scores.shape[-1])
-                             for stream, position in zip(self.streams, self.positions)]).to(scores.device)
+        noise = gumbel_noise([position_seed(stream, position + step)
+                              for stream, position in zip(self.streams, self.positions)],
+                             scores.shape[-1], scores.device)
         noised = tempered.double() + noise
         chosen = noised.argmax(-1, keepdim=True)
         self.logprobs.append(tempered.log_softmax(-1).gather(-1, chosen).squeeze(-1))
