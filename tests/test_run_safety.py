@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from test_cli import run
 
 from agentgym_rl.config import RLConfig, load_config
@@ -304,3 +305,20 @@ def test_overwrite_starts_a_held_run_folder_afresh_and_never_deletes_the_working
     with pytest.raises(UserError, match="holds the working directory"):
         start_run(Path("."), SimpleNamespace(run=SimpleNamespace(overwrite=True)))
     assert (tmp_path / "toy" / "metrics.jsonl").exists()
+
+
+def test_eval_of_a_run_keeps_its_memory_setting(tmp_path):
+    """`eval --run` of a SmolLM2 run evaluates with the run's `run.malloc_mmap_threshold_kb` (as its
+    training and validation did), and with its seed; a run without the key gets the default."""
+    from agentgym_rl.config import PlayConfig, from_dict, to_dict
+    from agentgym_rl.runs import played_settings
+
+    recipe = load_config(RLConfig, REPO / "configs" / "smollm2_babyai_grpo.yaml", ["run.seed=3"])
+    (tmp_path / "smollm2").mkdir()
+    (tmp_path / "smollm2" / "config.yaml").write_text(yaml.safe_dump(to_dict(recipe)))
+    played = from_dict(PlayConfig, played_settings(tmp_path / "smollm2"))
+    assert played.run.malloc_mmap_threshold_kb == recipe.run.malloc_mmap_threshold_kb == 1024
+    assert played.run.seed == 3 and played.rollout.reply_prefix == "Action:"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.yaml").write_text("run: {seed: 1}\nenv: {id: babyai}\n")
+    assert from_dict(PlayConfig, played_settings(tmp_path / "plain")).run.malloc_mmap_threshold_kb == 0

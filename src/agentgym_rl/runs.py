@@ -107,13 +107,18 @@ def disk_stop(run_dir: Path, error: OSError, resume_hint: str) -> UserError:
 
 def played_settings(run_dir: str | Path) -> dict[str, Any]:
     """The sections of a run's config that say how its policy saw and played the environment
-    (env, rollout, eval) and its seed, as plain data: the base of `eval --run`."""
+    (env, rollout, eval), its seed and its process' memory setting (`run.malloc_mmap_threshold_kb`:
+    a SmolLM2 recipe's evaluation needs it as its training did), as plain data: the base of
+    `eval --run`."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
     data = load_yaml(path)
-    seed = data.get("run", {}).get("seed", data.get("seed", 0))  # runs before the run section: top-level seed
-    return {**{k: data[k] for k in PLAYED_SECTIONS if k in data}, "run": {"seed": seed}}
+    header = data.get("run", {})
+    run = {"seed": header.get("seed", data.get("seed", 0))}  # runs before the run section: top-level seed
+    if "malloc_mmap_threshold_kb" in header:
+        run["malloc_mmap_threshold_kb"] = header["malloc_mmap_threshold_kb"]
+    return {**{k: data[k] for k in PLAYED_SECTIONS if k in data}, "run": run}
 
 
 RUN_MODELS = ("base_model", "warmup_model", "lora_base")
