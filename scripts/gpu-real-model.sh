@@ -7,6 +7,7 @@
 #   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
 # The parameters stay float32: at the recipe's learning rate (5e-6) most AdamW updates are
 # smaller than bfloat16's rounding step at the weights' scale and would be lost.
+#   RUNS    the folder of the run (default runs/gpu-check; not $OUT, which the GPU machines set)
 #   KEEP    a folder (the GPU machine's $OUT) that receives run.tgz every 30 s and at the end:
 #           the run's config, metrics and validation episodes, without checkpoints and training
 #           trajectories (a call brings back at most 8 files, and nothing if it is killed mid-pipe)
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/agentgym-rl-site}
-OUT=${OUT:-runs/gpu-check}
+RUNS=${RUNS:-runs/gpu-check}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-smollm2-135m-instruct}
 STEPS=${STEPS:-20}
@@ -31,12 +32,12 @@ every=$(( (STEPS + 2) / 3 ))
 start=$SECONDS
 # Every episode of a group in flight at once: the GPU holds their KV caches easily.
 "${CLI[@]}" train configs/smollm2_babyai_grpo.yaml model.path="$FOLDER" run.device="$DEVICE" \
-    run.output_dir="$OUT" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
+    run.output_dir="$RUNS" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
     train.save_every="$STEPS" schedule.every="$every" rollout.max_envs=0 rollout.kv_cache_mb=32768 "$@" &
 TRAIN=$!
 pack() {
     [ -n "${KEEP:-}" ] || return 0
-    tar -czf "$KEEP/run.tgz.part" -C "$OUT" --exclude=checkpoints --exclude=trajectories . 2>/dev/null \
+    tar -czf "$KEEP/run.tgz.part" -C "$RUNS" --exclude=checkpoints --exclude=trajectories . 2>/dev/null \
         && mv "$KEEP/run.tgz.part" "$KEEP/run.tgz"
 }
 while kill -0 "$TRAIN" 2>/dev/null; do sleep 30; pack; done >/dev/null 2>&1 &
