@@ -113,6 +113,17 @@ class CounterEnv(TextEnv):
         self.closed += 1
 
 
+class AnyCaseCounterEnv(CounterEnv):
+    """The counter game reading "count" in any case ("Counter", "COUNT"): an untrained tiny
+    model writes "Counter" (from the observations it was built on) far more often than a
+    lowercase "count", so its samples differ in reward more often (the update tests' signal)."""
+
+    env_id = "counter_any_case"
+
+    def step(self, action):
+        return super().step(action.lower())
+
+
 class ScriptedGenerator:
     """Returns the canonical ids of fixed replies, cycling; logprob -1 per token."""
 
@@ -153,4 +164,7 @@ def counter_env_registered():
     if "counter" not in registry.env_ids():
         registry.register(registry.EnvSpec("counter", "conftest:CounterEnv", "conftest:counter_tasks",
                                            max_turns=3, expert_entry_point="conftest:CounterExpert"))
+        registry.register(registry.EnvSpec("counter_any_case", "conftest:AnyCaseCounterEnv",
+                                           "conftest:counter_tasks", max_turns=3,
+                                           expert_entry_point="conftest:CounterExpert"))
     return "counter"
