@@ -5,12 +5,12 @@
 #   MODEL   a named model, a .gguf file or a model folder (default smollm2-135m-instruct; the
 #           wheel that holds it is too large to travel to the GPU machines, so give its .gguf)
 #   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
-# The parameters stay float32: at the recipe's learning rate (5e-6) most AdamW updates are
-# smaller than bfloat16's rounding step at the weights' scale and would be lost.
 #   RUNS    the folder of the run (default runs/gpu-check; not $OUT, which the GPU machines set)
 #   KEEP    a folder (the GPU machine's $OUT) that receives run.tgz every 30 s and at the end:
 #           the run's config, metrics and validation episodes, without checkpoints and training
 #           trajectories (a call brings back at most 8 files, and nothing if it is killed mid-pipe)
+# The parameters stay float32: at the recipe's learning rate (5e-6) most AdamW updates are
+# smaller than bfloat16's rounding step at the weights' scale and would be lost.
 # Arguments are more overrides of the train command.
 # Run scripts/gpu-check.sh first on the same machine: it installs the dependencies (SITE).
 set -euo pipefail

@@ -58,14 +58,14 @@ def gumbel_noise(seeds: list[int], size: int, device: Any = None) -> Any:
     golden gamma (Steele, Lea & Flood 2014), its top 53 bits a uniform u in (0, 1), and the noise
     -log(-log u). Integer arithmetic modulo 2**64 gives the same bits on every device, and all
     rows are made by a few vectorised operations where they are needed: on a GPU, a generator
-    seeded per row on the CPU cost more than the model's own decoding step (~0.2 s a step for 128
-    rows of SmolLM2's 49,152 tokens).
+    seeded per row on the CPU cost more than the model's own decoding step (0.125 s a step for 128
+    rows of SmolLM2's 49,152 tokens on one core, docs/BENCHMARKS.md).
     """
     import torch
 
     counters = torch.arange(1, size + 1, dtype=torch.int64, device=device).mul_(_GOLDEN)
     noise = torch.empty(len(seeds), size, dtype=torch.float64, device=device)
-    # On the CPU, a few rows at a time keep the int64 scratch in cache (2.4x faster for 128 rows).
+    # On the CPU, a few rows at a time keep the int64 scratch in cache (128 rows: ~0.1 s, not ~0.7).
     chunk = len(seeds) if noise.device.type != "cpu" else 4
     for start in range(0, len(seeds), chunk):
         rows = torch.tensor(seeds[start:start + chunk], dtype=torch.int64, device=device).unsqueeze(1)
