@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "agentgym_rl.cli"]
 
 
-def _item_success(path: Path) -> dict[str, float]:
+def item_success(path: Path) -> dict[str, float]:
     per_item: dict[str, list[bool]] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
@@ -83,7 +83,7 @@ def _listed_success(run_dir: Path, policy: Path, out: Path) -> float:
     return json.loads(summary.read_text())["success"]
 
 
-def _starting_model(run_dir: Path) -> Path:
+def starting_model(run_dir: Path) -> Path:
     """The model a run's step-0 validation played: its warm-up's, else the one it loaded."""
     if (run_dir / "warmup_model").is_dir():
         return run_dir / "warmup_model"
@@ -92,7 +92,7 @@ def _starting_model(run_dir: Path) -> Path:
 
 
 def _listed_report(run_dir: Path, out: Path) -> dict[str, float]:
-    return {"warmup_listed": _listed_success(run_dir, _starting_model(run_dir), out),
+    return {"warmup_listed": _listed_success(run_dir, starting_model(run_dir), out),
             "final_listed": _listed_success(run_dir, latest_model(run_dir), out)}
 
 
@@ -139,7 +139,7 @@ def run_one(config: str, overrides: list[str], seed: int, name: str, out: Path, 
                    f"run.output_dir={out}"]
         timing = _timed(command, out / f"{name}.log")
         validations = sorted((run_dir / "validation").glob("step_*.jsonl"))
-        first, last = _item_success(validations[0]), _item_success(validations[-1])
+        first, last = item_success(validations[0]), item_success(validations[-1])
         report = {"name": name, "seed": seed, "overrides": overrides, "command": " ".join(command[2:]), **timing,
                   "warmup_success": sum(first.values()) / len(first),
                   "final_success": sum(last.values()) / len(last),

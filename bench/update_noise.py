@@ -15,34 +15,17 @@ Run by hand on a finished RL run that started from a warm-up (e.g. one of bench/
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
-import yaml
 from safetensors.torch import load_file, save_file
+from strong_agent import CLI, REPO, item_success, starting_model  # the study runner's readers of a run
 
 from agentgym_rl.quickstart import paired_difference
 from agentgym_rl.runs import latest_model
-
-REPO = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "agentgym_rl.cli"]
-
-
-def item_success(path: Path) -> dict[str, bool]:
-    return {r["item_id"]: bool(r["success"]) for r in map(json.loads, path.read_text().splitlines())}
-
-
-def starting_model(run: Path) -> Path:
-    """The model the run's step-0 validation played: its warm-up's, else the folder it loaded."""
-    if (run / "warmup_model").is_dir():
-        return run / "warmup_model"
-    path = yaml.safe_load((run / "config.yaml").read_text())["model"]["path"]
-    return Path(path) if path else run / "base_model"
 
 
 def placebo(start: dict[str, torch.Tensor], final: dict[str, torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
@@ -52,12 +35,11 @@ def placebo(start: dict[str, torch.Tensor], final: dict[str, torch.Tensor], seed
     for name, weights in start.items():
         change = (final[name].double() - weights.double()).norm()
         noise = torch.randn(weights.shape, generator=generator, dtype=torch.float64)
-        scaled = noise * (change / noise.norm()) if change > 0 else noise * 0
-        moved[name] = (weights.double() + scaled).to(weights.dtype)
+        moved[name] = (weights.double() + noise * (change / noise.norm())).to(weights.dtype)
     return moved
 
 
-def evaluate(run: Path, model: Path, out: Path) -> dict[str, bool]:
+def evaluate(run: Path, model: Path, out: Path) -> dict[str, float]:
     subprocess.run([*CLI, "eval", "--run", str(run), "--policy", str(model), "--trajectories", str(out)],
                    check=True, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return item_success(out)
@@ -82,7 +64,7 @@ def main() -> None:
     print("|---|---|---|")
     print(f"| start ({start_dir.name}) | {100 * sum(before.values()) / len(before):.1f}% | |")
 
-    def row(name: str, items: dict[str, bool]) -> None:
+    def row(name: str, items: dict[str, float]) -> None:
         delta, se, gained, lost = paired_difference(before, items)
         print(f"| {name} | {100 * sum(items.values()) / len(items):.1f}% | "
               f"{100 * delta:+.1f} ({gained} / {lost}, {100 * se:.1f}) |", flush=True)

@@ -161,10 +161,8 @@ def counter_tasks(split):
 def counter_env_registered():
     from agentgym_rl.envs import registry
 
-    if "counter" not in registry.env_ids():
-        registry.register(registry.EnvSpec("counter", "conftest:CounterEnv", "conftest:counter_tasks",
-                                           max_turns=3, expert_entry_point="conftest:CounterExpert"))
-        registry.register(registry.EnvSpec("counter_any_case", "conftest:AnyCaseCounterEnv",
-                                           "conftest:counter_tasks", max_turns=3,
-                                           expert_entry_point="conftest:CounterExpert"))
+    for env_id, entry_point in (("counter", "conftest:CounterEnv"), ("counter_any_case", "conftest:AnyCaseCounterEnv")):
+        if env_id not in registry.env_ids():
+            registry.register(registry.EnvSpec(env_id, entry_point, "conftest:counter_tasks", max_turns=3,
+                                               expert_entry_point="conftest:CounterExpert"))
     return "counter"
