@@ -207,6 +207,41 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     assert any(not torch.equal(a[k], weights(halves, 2)[k]) for k in a)
 
 
+def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_path, counter_env_registered):
+    """`train.time_limit_min` stops after the first step past it, as a last step: that step
+    validates and saves, and `--resume` without the limit goes on to what a run without it
+    reaches, weights and metrics alike."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(name, *extra, resume=False):
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+            *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
+            "train.steps=3", "train.validate_every=3", "train.save_every=3", "warmup.episodes=0",
+            "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1", *extra])
+        lines = []
+        validations = RLTrainer(config, log=lines.append).fit(resume=resume)
+        return tmp_path / name, lines, validations
+
+    straight, _, _ = fit("straight")
+    timed, lines, validations = fit("timed", "train.time_limit_min=1e-9")
+    assert sorted(p.name for p in (timed / "checkpoints").iterdir()) == ["step_000001"]
+    assert [v["step"] for v in validations] == [0, 1]
+    assert any(line.startswith("stopped after step 1 of 3: train.time_limit_min=1e-09 reached") for line in lines)
+    assert "all 1 steps updated the policy" in lines or "1 of 1 steps updated nothing" in " ".join(lines)
+    fit("timed", resume=True)
+
+    def rows(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "val/"))} for r in rows if "train/success" in r]
+
+    assert [r["step"] for r in rows(timed)] == [1, 2, 3] and rows(timed) == rows(straight)
+    assert any(r["update/trajectories"] > 0 for r in rows(straight))
+    a = load_file(straight / "checkpoints" / "step_000003" / "model" / "model.safetensors")
+    b = load_file(timed / "checkpoints" / "step_000003" / "model" / "model.safetensors")
+    assert all(torch.equal(a[key], b[key]) for key in a)
+
+
 @pytest.mark.parametrize("skip,expected", [(True, 2), (False, 4)])
 def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
     """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.

@@ -129,6 +129,11 @@ class TrainLoopConfig:
     (0 disables)."""
     save_every: Positive = 100
     """Write a checkpoint every k steps, and after the last."""
+    time_limit_min: NonNegativeFloat = 0.0
+    """Stop after the first step that ends this many minutes after training began (0: no
+    limit), as if it were the last: it validates (when `validate_every` is set) and saves, and
+    `train --resume` goes on from it, with the limit counted afresh. For jobs with a wall-time
+    limit: the step in progress, the validation and the save still run past it."""
     save_trajectories: bool = True
     """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
     asynchronous: bool = False

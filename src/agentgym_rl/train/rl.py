@@ -299,6 +299,14 @@ class RLTrainer(Trainer):
                                    sampling_seed=sampling_seed, journal=journal)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
+    def _out_of_time(self, began: float) -> bool:
+        """Whether `train.time_limit_min` has passed since `began`, as rank 0's clock says (the
+        ranks of a torchrun job stop after the same step)."""
+        limit = self.config.train.time_limit_min
+        if not limit:
+            return False
+        return bool(distributed.broadcast(time.time() - began >= 60 * limit))
+
     def sampling_seed(self, step: int, round_: int = 0) -> int:
         """The seed of the episode streams of a step (of refill round `round_` of its dynamic
         sampling): a pure function of (seed, step, round), so that an episode played again (a
@@ -336,7 +344,9 @@ class RLTrainer(Trainer):
         from ..progress import progress_bar
 
         cfg = self.config
+        began = time.time()  # train.time_limit_min counts from here, model loading included
         start = self._setup(resume)
+        last_step = start  # the last step that ran (earlier than train.steps if the time limit stopped it)
         validations = []
         idle: dict[int, str] = {}  # step -> why it updated nothing
         ahead, stale = None, []  # with train.asynchronous: the rollouts played ahead; each step's staleness
@@ -381,10 +391,14 @@ class RLTrainer(Trainer):
                             policy.sync_weights(weights)
                 else:  # the generator loads them between its steps; validation samples the learner's own
                     self.val_policy.sync_weights(self.learner.model)
-                save = (step + 1) % cfg.train.save_every == 0 or step + 1 == cfg.train.steps
+                last_step = step + 1
+                out_of_time = self._out_of_time(began) and last_step < cfg.train.steps
+                save = last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
                         self.save(step + 1)
+                    if out_of_time:
+                        break
                     continue
                 stats = summarize(trajectories)
                 generated = sum(sum(t.loss_mask) for t in trajectories)
@@ -406,10 +420,16 @@ class RLTrainer(Trainer):
                     self.log(f"step {step + 1}: no update: {reason}")
                 if cfg.train.save_trajectories:
                     save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
-                if cfg.train.validate_every and cfg.eval.episodes and (step + 1) % cfg.train.validate_every == 0:
+                if cfg.train.validate_every and cfg.eval.episodes and (
+                        (step + 1) % cfg.train.validate_every == 0 or out_of_time):
                     validations.append(self.validate(step + 1))
                 if save:
                     self.save(step + 1)
+                if out_of_time:
+                    self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
+                             f"{cfg.train.time_limit_min:g} reached ({(time.time() - began) / 60:.1f} min); "
+                             "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it")
+                    break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
                     ahead.publish(step + 1, self.learner.trainable_state())
         except OSError as error:
@@ -428,7 +448,7 @@ class RLTrainer(Trainer):
             if self.workers is not None:
                 self.workers.close()
             self.metrics.close()
-        ran = cfg.train.steps - start
+        ran = last_step - start
         if idle:
             self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "
                      "'no update' lines above")
