@@ -46,5 +46,5 @@ status=0
 wait "$TRAIN" || status=$?
 kill "$PACKER" 2>/dev/null || true
 pack
-echo "== trained $STEPS steps in $((SECONDS - start)) s (exit $status)"
+echo "== the train command (at most $STEPS steps) ended after $((SECONDS - start)) s (exit $status)"
 exit "$status"
