@@ -207,38 +207,45 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     assert any(not torch.equal(a[k], weights(halves, 2)[k]) for k in a)
 
 
-def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_path, counter_env_registered):
-    """`train.time_limit_min` stops after the first step past it, as a last step: that step
-    validates and saves, and `--resume` without the limit goes on to what a run without it
-    reaches, weights and metrics alike."""
+def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_path, counter_env_registered,
+                                                                         monkeypatch):
+    """`train.time_limit_min` stops after the first step that ends past it, counted from the
+    start of training, as a last step: that step validates and saves, and `--resume` without the
+    limit goes on to what a run without it reaches, weights and metrics alike. The clock reads a
+    minute later each time, so a 1.5-minute limit stops after step 2 (and never, were it counted
+    from the start of each step)."""
     from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, *extra, resume=False):
         config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
             *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
-            "train.steps=3", "train.validate_every=3", "train.save_every=3", "warmup.episodes=0",
+            "train.steps=4", "train.validate_every=4", "train.save_every=4", "warmup.episodes=0",
             "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1", *extra])
         lines = []
         validations = RLTrainer(config, log=lines.append).fit(resume=resume)
         return tmp_path / name, lines, validations
 
     straight, _, _ = fit("straight")
-    timed, lines, validations = fit("timed", "train.time_limit_min=1e-9")
-    assert sorted(p.name for p in (timed / "checkpoints").iterdir()) == ["step_000001"]
-    assert [v["step"] for v in validations] == [0, 1]
-    assert any(line.startswith("stopped after step 1 of 3: train.time_limit_min=1e-09 reached") for line in lines)
-    assert "all 1 steps updated the policy" in lines or "1 of 1 steps updated nothing" in " ".join(lines)
+    minutes = iter(range(1000))
+    monkeypatch.setattr(rl, "_clock", lambda: 60.0 * next(minutes))
+    timed, lines, validations = fit("timed", "train.time_limit_min=1.5")
+    assert sorted(p.name for p in (timed / "checkpoints").iterdir()) == ["step_000002"]
+    assert [v["step"] for v in validations] == [0, 2]
+    assert "stopped after step 2 of 4: train.time_limit_min=1.5 reached (3.0 min); `agentgym-rl train CONFIG " \
+           "--resume` (the same run.name) goes on from it" in lines
+    assert lines[-1] == "all 2 steps updated the policy" or lines[-1].endswith("of 2 steps updated nothing")
     fit("timed", resume=True)
 
     def rows(run_dir):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        return [{k: v for k, v in r.items() if not k.startswith(("time/", "val/"))} for r in rows if "train/success" in r]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows if "train/success" in r]
 
-    assert [r["step"] for r in rows(timed)] == [1, 2, 3] and rows(timed) == rows(straight)
-    assert any(r["update/trajectories"] > 0 for r in rows(straight))
-    a = load_file(straight / "checkpoints" / "step_000003" / "model" / "model.safetensors")
-    b = load_file(timed / "checkpoints" / "step_000003" / "model" / "model.safetensors")
+    assert [r["step"] for r in rows(timed)] == [1, 2, 3, 4] and rows(timed) == rows(straight)
+    assert any(r["update/trajectories"] > 0 for r in rows(straight) if r["step"] > 2)
+    a = load_file(straight / "checkpoints" / "step_000004" / "model" / "model.safetensors")
+    b = load_file(timed / "checkpoints" / "step_000004" / "model" / "model.safetensors")
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 

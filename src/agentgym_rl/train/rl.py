@@ -36,6 +36,9 @@ from .console import step_line
 from .session import Session, Trainer
 
 
+_clock = time.monotonic
+"""What `train.time_limit_min` is measured with (a test replaces it)."""
+
 RESUME_KEYS = ("env.id", "env.kwargs.members", "model", "warmup", "algo.name", "algo.kl_coef", "run.dtype")
 """What a resumed run must share with the run it continues: its environment (a mix's members),
 the model it started from and what its checkpoints hold (a value head for ppo, a KL reference
@@ -299,13 +302,13 @@ class RLTrainer(Trainer):
                                    sampling_seed=sampling_seed, journal=journal)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
-    def _out_of_time(self, began: float) -> bool:
-        """Whether `train.time_limit_min` has passed since `began`, as rank 0's clock says (the
-        ranks of a torchrun job stop after the same step)."""
+    def _out_of_time(self, fit_began: float) -> bool:
+        """Whether `train.time_limit_min` has passed since `fit_began` (a `_clock()` reading), as
+        rank 0's clock says (the ranks of a torchrun job stop after the same step)."""
         limit = self.config.train.time_limit_min
         if not limit:
             return False
-        return bool(distributed.broadcast(time.time() - began >= 60 * limit))
+        return bool(distributed.broadcast(_clock() - fit_began >= 60 * limit))
 
     def sampling_seed(self, step: int, round_: int = 0) -> int:
         """The seed of the episode streams of a step (of refill round `round_` of its dynamic
@@ -344,7 +347,7 @@ class RLTrainer(Trainer):
         from ..progress import progress_bar
 
         cfg = self.config
-        began = time.time()  # train.time_limit_min counts from here, model loading included
+        fit_began = _clock()  # train.time_limit_min counts from here, model loading included
         start = self._setup(resume)
         last_step = start  # the last step that ran (earlier than train.steps if the time limit stopped it)
         validations = []
@@ -392,7 +395,7 @@ class RLTrainer(Trainer):
                 else:  # the generator loads them between its steps; validation samples the learner's own
                     self.val_policy.sync_weights(self.learner.model)
                 last_step = step + 1
-                out_of_time = self._out_of_time(began) and last_step < cfg.train.steps
+                out_of_time = self._out_of_time(fit_began) and last_step < cfg.train.steps
                 save = last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
@@ -427,7 +430,7 @@ class RLTrainer(Trainer):
                     self.save(step + 1)
                 if out_of_time:
                     self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
-                             f"{cfg.train.time_limit_min:g} reached ({(time.time() - began) / 60:.1f} min); "
+                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); "
                              "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it")
                     break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
