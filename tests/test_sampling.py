@@ -81,3 +81,32 @@ def test_a_row_samples_the_same_whatever_it_is_batched_with(tiny_tokenizer):
     assert batched[1].logprobs == pytest.approx(alone.logprobs, abs=1e-5)
     assert generator.generate([mine], 12, streams=[43])[0].ids != alone.ids  # another stream, another sample
     assert all(lp <= 0 for lp in alone.logprobs) and len(alone.ids) == len(alone.logprobs)
+
+
+def test_greedy_replies_record_the_chosen_tokens_logprobs_without_keeping_the_scores(tiny_tokenizer, monkeypatch):
+    """A greedy reply's logprobs are log softmax of one forward pass over prompt + reply at the
+    reply's tokens, each the largest there (greedy), and `generate` is not asked for the scores."""
+    import transformers
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=128))
+    end = tiny_tokenizer.eos_token_id
+    generator = HFGenerator(model, tiny_tokenizer.pad_token_id, [end], temperature=0.0, threads=1, reuse_cache=False)
+    asked = []
+    original = transformers.GenerationMixin.generate
+
+    def generate(self, *args, generation_config=None, **kwargs):
+        asked.append(generation_config.output_scores)
+        return original(self, *args, generation_config=generation_config, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
+    prompts = [[5, 6, 7, 8, 9, 10], [11, 12]]
+    replies = generator.generate(prompts, 10)
+    assert asked == [False]
+    for prompt, reply in zip(prompts, replies):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + reply.ids])).logits[0, len(prompt) - 1:-1].float()
+        logprobs = logits.log_softmax(-1)
+        chosen = logprobs.gather(-1, torch.tensor(reply.ids)[:, None]).squeeze(-1)
+        assert reply.ids == logits.argmax(-1).tolist()
+        assert reply.logprobs == pytest.approx(chosen.tolist(), abs=1e-4)

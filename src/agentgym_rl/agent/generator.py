@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol
 
 from .allocator import release_free_memory
 from .constrained import AllowedReplies
-from .sampling import StreamSampler
+from .sampling import GreedyLogprobs, StreamSampler
 from .threads import StepTimer, shared_chooser
 
 # Left padding makes every row of a prefill as wide as its longest prompt (or, continuing a cache,
@@ -297,6 +297,9 @@ class HFGenerator:
         # Each row from its own stream: transformers decodes greedily over scores the sampler noised.
         sampler = None if greedy or streams is None else StreamSampler(streams, [len(p) for p in prompts],
                                                                        self.temperature)
+        # What records the chosen tokens' log-probabilities as it goes (None: computed from every
+        # position's scores, which `generate` then keeps: sampling from one shared generator).
+        recorder = GreedyLogprobs() if greedy else sampler
         # top_k=0 because None would mean transformers' default top-k of 50.
         sampling = {} if greedy or sampler else {"temperature": self.temperature, "top_k": 0, "top_p": 1.0}
         config = GenerationConfig(
@@ -305,7 +308,7 @@ class HFGenerator:
             **sampling,
             eos_token_id=self.stop_ids,
             pad_token_id=self.pad_id,
-            output_scores=sampler is None,
+            output_scores=recorder is None,
             return_dict_in_generate=True,
             use_cache=True,
         )
@@ -320,8 +323,8 @@ class HFGenerator:
         processors = LogitsProcessorList([] if allowed is None else [AllowedReplies(allowed, width)])
         if timer is not None:
             processors.append(StepTimer(timer))
-        if sampler is not None:
-            processors.append(sampler)  # last: it samples from what the others left
+        if recorder is not None:
+            processors.append(recorder)  # last: it samples from (or records) what the others left
         try:
             with torch.no_grad():
                 head_columns = 0
@@ -338,8 +341,8 @@ class HFGenerator:
             torch.set_num_threads(outer_threads)
         self.model.train(was_training)
         new_ids = out.sequences[:, width:]
-        if sampler is not None:
-            token_logprobs = torch.stack(sampler.logprobs, dim=1)
+        if recorder is not None:
+            token_logprobs = torch.stack(recorder.logprobs, dim=1)
         else:  # scores: one (B, V) tensor per generated position, already divided by temperature.
             logprobs = torch.stack(out.scores, dim=1).float().log_softmax(-1)
             token_logprobs = logprobs.gather(-1, new_ids.unsqueeze(-1)).squeeze(-1)
