@@ -100,8 +100,27 @@ def test_the_table_is_what_the_trajectories_say(tmp_path):
         cells = [c.strip() for c in summary_row.strip("|").split("|")]
         assert cells[1:4] == ["12", str(results["max_turns"][env_id]), f"{100 * sum(greedy_all) / 12:.1f}"]
         assert cells[4] == f"{100 * sum(sampled_all) / 36:.1f}"
+        accounts = [json.loads((tmp_path / "trajectories" / f"{env_id}.{name}.account.json").read_text())
+                    for name in ("greedy", "sampled")]
+        assert cells[-2] == f"{sum(a['seconds'] for a in accounts) / 60:.1f}"
+        assert cells[-1] == f"{max(a['peak_rss_gb'] for a in accounts):.2f}" and float(cells[-1]) > 0.05
     assert results["max_turns"] == {"babyai": 6, "textcraft": 8}
     assert (tmp_path / "turns.png").stat().st_size > 1000 and (tmp_path / "pass_at_k.png").stat().st_size > 1000
+
+
+def test_the_peak_memory_of_a_pass_counts_from_its_start():
+    """VmHWM set back at a pass's start: 300 MB held and freed before it do not count, 300 MB
+    touched during it do."""
+    from agentgym_rl.eval.suite import _peak_rss_gb, _reset_peak_rss
+
+    before = bytearray(300_000_000)
+    del before
+    _reset_peak_rss()
+    quiet = _peak_rss_gb()
+    during = bytearray(300_000_000)
+    busy = _peak_rss_gb()
+    del during
+    assert quiet is not None and busy - quiet > 0.29
 
 
 def test_a_rerun_plays_only_what_is_missing(tmp_path):

@@ -124,15 +124,16 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
     wanted = {task.item_id for task in tasks}
     progress(sum(len(ts) for item, ts in finished.items() if item in wanted))
     todo = [task for task in tasks if task.item_id not in finished]
-    # Time and tokens add up over the invocations that played this pass.
+    # Time and tokens add up over the invocations that played this pass; the peak is the largest.
     account_path = path.with_suffix(".account.json")
-    account = {"seconds": 0.0, "api_prompt_tokens": 0, "api_completion_tokens": 0}
+    account = {"seconds": 0.0, "api_prompt_tokens": 0, "api_completion_tokens": 0, "peak_rss_gb": None}
     if account_path.is_file():
         account.update(json.loads(account_path.read_text()))
     if todo:
         import torch
 
         torch.manual_seed(config.run.seed)  # a model's sampling: the same episodes from the same state
+        _reset_peak_rss()
         started = time.perf_counter()
         policy = policies.make(env_id, run_pass.temperature)
         client = api_client(policy)
@@ -152,11 +153,34 @@ def play_pass(env_id: str, run_pass: Pass, policies: Policies, config: SuiteConf
                 for t in played:
                     finished.setdefault(t.item_id, []).append(t)
         account["seconds"] += time.perf_counter() - started
+        peak = _peak_rss_gb()
+        if peak is not None:
+            account["peak_rss_gb"] = max(peak, account["peak_rss_gb"] or 0.0)
         if client is not None:
             account["api_prompt_tokens"] += client.prompt_tokens - before[0]
             account["api_completion_tokens"] += client.completion_tokens - before[1]
         account_path.write_text(json.dumps(account))
     return [t for task in tasks for t in finished[task.item_id]], account
+
+
+def _reset_peak_rss() -> None:
+    """Count this process' peak resident memory afresh from now (Linux: VmHWM set back to the
+    current RSS by writing 5 to /proc/self/clear_refs); elsewhere nothing."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_gb() -> float | None:
+    """This process' peak resident memory since `_reset_peak_rss` (VmHWM), in GB (10^9 bytes);
+    None where /proc does not tell it. Child processes (a JVM, a browser) are not in it."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+    return None if kib is None else kib * 1024 / 1e9
 
 
 def max_turns(env_id: str, config: SuiteConfig) -> int:

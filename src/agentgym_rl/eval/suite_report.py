@@ -34,12 +34,14 @@ def markdown_table(results: dict) -> str:
     avg_n, pass_n = _columns(results)
     sampled_cols = suite["samples"] > 0
     head = ["env", "items", "turn limit", "Avg@1 greedy"] + ([avg_n, pass_n] if sampled_cols else [])
-    head += ["mean turns", "invalid actions %", "errors", "generated tokens"]
+    head += ["mean turns", "invalid actions %", "errors", "generated tokens", "wall (min)", "peak RSS (GB)"]
     lines = [f"# bench-agent: {results['policy']}", "",
              f"Test splits, seed {seed}. Avg@1 greedy: one episode per item at temperature 0. "
              + (f"{avg_n}: mean success over {suite['samples']} episodes per item; {pass_n}: items solved at least "
                 f"once among them (unbiased estimator). " if sampled_cols else "")
-             + "Definitions: docs/METRICS.md.", "",
+             + "Wall: the passes' playing time, summed over the invocations that played them; peak RSS: the "
+             "largest resident memory of this process while it played (an environment's JVM or browser not "
+             "counted). Definitions: docs/METRICS.md.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for env_id, result in results["envs"].items():
         if "error" in result:
@@ -50,8 +52,11 @@ def markdown_table(results: dict) -> str:
         row = [env_id, str(main["episodes"]), str(result["max_turns"]), _pct(greedy and greedy["success"])]
         if sampled_cols:
             row += [_pct(sampled and sampled["success"]), _pct(sampled and sampled["pass_at_k"])]
+        played = [p for p in (greedy, sampled) if p]
+        peaks = [p["peak_rss_gb"] for p in played if p.get("peak_rss_gb") is not None]
         row += [f"{main['avg_turns']:.1f}", _pct(main["invalid_action_rate"]), str(main["errors"]),
-                str(sum(p["generated_tokens"] for p in (greedy, sampled) if p))]
+                str(sum(p["generated_tokens"] for p in played)), f"{sum(p['seconds'] for p in played) / 60:.1f}",
+                f"{max(peaks):.2f}" if peaks else ""]
         lines.append("| " + " | ".join(row) + " |")
     for env_id, result in results["envs"].items():
         if "error" in result:
