@@ -208,12 +208,14 @@ class RolloutConfig:
     batch a model policy keeps its KV cache for, 128, and the episodes whose caches fit
     `kv_cache_mb`; else all episodes). Heavy environments (a SciWorld JVM is ~0.5 GB) set a
     limit in their registry entry."""
-    kv_cache_mb: Positive = 1536
+    kv_cache_mb: Positive = 1024
     """With `max_envs` 0, no more episodes at once than this many MB of KV cache hold at
-    `max_context` tokens each: 8 for SmolLM2-135M (46 KB a token in float32) at 4,096 tokens,
-    96 for the tiny model (4 KB a token). The kept cache is as wide as its longest live
-    conversation (each row re-packed to its real tokens every turn), so this bounds its bytes;
-    a turn's work adds a fraction of it (docs/BENCHMARKS.md, SmolLM2's evaluation memory)."""
+    `max_context` tokens each: 5 for SmolLM2-135M (46 KB a token in float32) at 4,096 tokens,
+    64 for the tiny model (4 KB a token). The kept cache is as wide as its longest live
+    conversation (each row re-packed to its real tokens every turn), so this bounds its bytes
+    until a turn's work adds to them: a new episode's whole prompt widens every row by its
+    length, and a prefill's head copies some rows' cache (docs/BENCHMARKS.md, SmolLM2's
+    evaluation memory: at 1536 MB, 8 episodes, a 90-item evaluation peaked at 3.5 GB)."""
     reuse_kv_cache: bool = True
     """Let a model policy's generator keep each turn's KV cache and prefill only the new tokens
     of the next turn (off trades speed for memory)."""
