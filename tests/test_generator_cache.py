@@ -356,3 +356,30 @@ def test_a_continued_head_is_a_few_rows_or_none(tiny_tokenizer, monkeypatch):
         generator.generate(prompts, MAX_NEW)
         continued = [columns for had_cache, columns in heads if had_cache]
         assert continued and (continued[0] > 0) == expect_split
+        assert (generator.copied_columns > 0) == expect_split
+
+
+def test_an_episode_joining_a_continued_batch_copies_no_cache(tiny_tokenizer):
+    """A new episode's long prompt beside three continued rows: its head runs on a fresh cache (it
+    has no cached column to attend to), and every reply equals an uncached generator's; the
+    head's rows are not capped by `MAX_HEAD_ROW_SHARE` (three new rows of four)."""
+    model = _model(tiny_tokenizer)
+    end = _end_id(tiny_tokenizer)
+    long_text = " ".join(["Available actions: go forward, turn left, pick up the key"] * 4)
+    for joining in (1, 3):
+        cached = HFGenerator(model, tiny_tokenizer.pad_token_id, [end], 0.0, threads=1)
+        uncached = HFGenerator(model, tiny_tokenizer.pad_token_id, [end], 0.0, threads=1, reuse_cache=False)
+        prompts = [tiny_tokenizer.encode(t) for t in OPENINGS]
+        generations = cached.generate(prompts, MAX_NEW)
+        prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode("<|user|>\nobs<|end|>\n")
+                   for p, g in zip(prompts, generations)]
+        for k in range(len(prompts) - joining, len(prompts)):
+            prompts[k] = tiny_tokenizer.encode(f"{long_text} {k}")
+        prefilled = cached.prefilled_columns
+        replies, reference = cached.generate(prompts, MAX_NEW), uncached.generate(prompts, MAX_NEW)
+        for a, b in zip(replies, reference):
+            assert a.ids == b.ids and a.finished == b.finished
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert cached.reused_columns > 0 and cached.copied_columns == 0
+        width = max(len(p) for p in prompts)
+        assert cached.prefilled_columns - prefilled < 0.8 * len(prompts) * width  # a head was split off

@@ -24,7 +24,8 @@ MIN_HEAD_SAVING = 0.1
 
 # The head's rows take a copy of their cached keys and values as context: at most this share of
 # a continued batch's rows, so that the copy stays a fraction of the cache (a head of 10 of 11
-# SmolLM2 rows copied ~1.5 GB and raised an evaluation's peak memory by ~0.5 GB).
+# SmolLM2 rows copied ~1.5 GB and raised an evaluation's peak memory by ~0.5 GB). A head of rows
+# with nothing cached (episodes joining the batch) copies nothing and has no such cap.
 MAX_HEAD_ROW_SHARE = 0.25
 
 
@@ -147,6 +148,8 @@ class HFGenerator:
         """Prompt columns run through the model, summed over rows (padding included)."""
         self.reused_columns = 0
         """Prompt columns read from the kept cache instead, summed over rows."""
+        self.copied_columns = 0
+        """Cached columns copied as a prefill head's context, summed over rows."""
         self._last: _Batch | None = None
 
     @property
@@ -368,8 +371,8 @@ class HFGenerator:
         Rows are left-padded, so the columns right after the cache are, in most rows, padding.
         Picks the split column that minimises the prefilled columns (the head's rows × the head's
         width + every row × the rest), and when that saves at least `MIN_HEAD_SAVING` of them,
-        runs the head over its rows (a copy of their cached keys and values as context) and
-        appends its keys and values to `cache`, zeros in the other rows, where the attention
+        runs the head over its rows (a copy of their cached keys and values as context, unless
+        none of them has a real cached column) and appends its keys and values to `cache`, zeros in the other rows, where the attention
         mask hides them. `generate` then prefills only the rest, as it would after any cache.
 
         Args:
@@ -390,30 +393,37 @@ class HFGenerator:
         first = torch.where(uncached.any(dim=1), uncached.argmax(dim=1), width - reused)
         full = batch * (width - reused)
         split, cost = 0, full
-        # The head runs on a copy of its rows' cached keys and values: a few rows' worth, not the cache.
-        most_rows = max(1, int(MAX_HEAD_ROW_SHARE * batch)) if reused else batch
+        # A head with context runs on a copy of its rows' cached keys and values: a few rows' worth,
+        # not the cache. Rows with nothing cached need no copy.
+        has_context = attention[:, :reused].any(dim=1)
+        most_rows = max(1, int(MAX_HEAD_ROW_SHARE * batch))
         for offset in sorted(set(first.tolist())):
-            head_rows = int((first < offset).sum())
-            if 0 < offset < width - reused and head_rows <= most_rows:  # generate must still prefill a column
+            head = first < offset
+            head_rows = int(head.sum())
+            small = head_rows <= most_rows or not bool((head & has_context).any())
+            if 0 < offset < width - reused and small:  # generate must still prefill a column
                 candidate = head_rows * offset + batch * (width - reused - offset)
                 if candidate < cost:
                     split, cost = offset, candidate
         if full - cost < MIN_HEAD_SAVING * full:
             return 0
         rows = (first < split).nonzero().squeeze(1)
+        context = bool(has_context[rows].any())
         # Appending layers with room for the head: copying a cache is what costs here.
         head_cache = appending_cache(self.model.config)
-        for index, layer in enumerate(cache.layers if reused else []):
+        for index, layer in enumerate(cache.layers if context else []):
             head_cache.layers[index].next_spare = split
             head_cache.update(layer.keys[rows], layer.values[rows], index)
-        mask = attention[rows, :reused + split]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, reused:]
+        self.copied_columns += len(rows) * reused if context else 0
+        start = reused if context else 0  # where the head's own columns begin in head_cache
+        mask = attention[rows, reused - start:reused + split]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, start:]
         # The base model: its layers fill the cache; the language-model head is not needed.
         getattr(self.model, "base_model", self.model)(
             input_ids=input_ids[rows, reused:reused + split], attention_mask=mask, position_ids=positions,
             past_key_values=head_cache, use_cache=True)
         for index, layer in enumerate(head_cache.layers):
-            keys, values = layer.keys[:, :, reused:], layer.values[:, :, reused:]
+            keys, values = layer.keys[:, :, start:], layer.values[:, :, start:]
             all_keys = keys.new_zeros((batch, *keys.shape[1:]))
             all_values = values.new_zeros((batch, *values.shape[1:]))
             all_keys[rows], all_values[rows] = keys, values
