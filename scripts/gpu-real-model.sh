@@ -5,6 +5,8 @@
 #   MODEL   a named model, a .gguf file or a model folder (default smollm2-135m-instruct; the
 #           wheel that holds it is too large to travel to the GPU machines, so give its .gguf)
 #   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
+#   LIMIT   minutes (train.time_limit_min; default 0, none): the first step past them validates,
+#           saves and ends the run, so that a call with a time limit still ends with a test figure
 #   RUNS    the folder of the run (default runs/gpu-check; not $OUT, which the GPU machines set)
 #   KEEP    a folder (the GPU machine's $OUT) that receives run.tgz every 30 s and at the end:
 #           the run's config, metrics and validation episodes, without checkpoints and training
@@ -21,6 +23,7 @@ RUNS=${RUNS:-runs/gpu-check}
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-smollm2-135m-instruct}
 STEPS=${STEPS:-20}
+LIMIT=${LIMIT:-0}
 [ -d "$SITE" ] && export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" \
     || export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 CLI=("$PYTHON" -m agentgym_rl.cli)
@@ -33,7 +36,8 @@ start=$SECONDS
 # Every episode of a group in flight at once: the GPU holds their KV caches easily.
 "${CLI[@]}" train configs/smollm2_babyai_grpo.yaml model.path="$FOLDER" run.device="$DEVICE" \
     run.output_dir="$RUNS" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
-    train.save_every="$STEPS" schedule.every="$every" rollout.max_envs=0 rollout.kv_cache_mb=32768 "$@" &
+    train.save_every="$STEPS" train.time_limit_min="$LIMIT" schedule.every="$every" rollout.max_envs=0 \
+    rollout.kv_cache_mb=32768 "$@" &
 TRAIN=$!
 pack() {
     [ -n "${KEEP:-}" ] || return 0
