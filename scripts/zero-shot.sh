@@ -12,7 +12,8 @@
 #   MODES     default "free prefixed listed"
 #   EPISODES  items of each split, stratified over its categories (default 0: the whole split)
 #   DEVICE    cpu (default) or cuda
-#   OUT       output folder (default runs/zero-shot)
+#   OUT       output folder (default runs/zero-shot): OUT/MODE/ENVS/ (bench-agent's, so that a rerun
+#             of the same environments plays only what is missing) and OUT/listed/ENV.json
 #   KEEP      a folder that receives each mode's table (a GPU machine's $OUT)
 # Arguments are more overrides (rollout.*, run.*) for every command.
 set -euo pipefail
@@ -37,9 +38,10 @@ for mode in $MODES; do
             prefix=()
             [ "$mode" = prefixed ] && prefix=('rollout.reply_prefix="Action:"')
             # BabyAI lists its actions in every observation, as the SmolLM2 recipe has it.
+            folder="$OUT/$mode/${ENVS//,/_}"
             "${CLI[@]}" bench-agent "$FOLDER" --envs "$ENVS" --samples 0 --episodes "$EPISODES" \
-                --out "$OUT/$mode" 'suite.env_kwargs={babyai: {list_actions: true}}' "${COMMON[@]}" "${prefix[@]}"
-            [ -z "${KEEP:-}" ] || cp "$OUT/$mode/table.md" "$KEEP/$mode.md"
+                --out "$folder" 'suite.env_kwargs={babyai: {list_actions: true}}' "${COMMON[@]}" "${prefix[@]}"
+            [ -z "${KEEP:-}" ] || cp "$folder/table.md" "$KEEP/$mode-${ENVS//,/_}.md"
             ;;
         listed)
             for env in ${ENVS//,/ }; do
