@@ -411,10 +411,11 @@ class HFGenerator:
         context = bool(has_context[rows].any())
         # Appending layers with room for the head: copying a cache is what costs here.
         head_cache = appending_cache(self.model.config)
-        for index, layer in enumerate(cache.layers if context else []):
-            head_cache.layers[index].next_spare = split
-            head_cache.update(layer.keys[rows], layer.values[rows], index)
-        self.copied_columns += len(rows) * reused if context else 0
+        if context:
+            for index, layer in enumerate(cache.layers):
+                head_cache.layers[index].next_spare = split
+                head_cache.update(layer.keys[rows], layer.values[rows], index)
+            self.copied_columns += len(rows) * reused
         start = reused if context else 0  # where the head's own columns begin in head_cache
         mask = attention[rows, reused - start:reused + split]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, start:]

@@ -399,7 +399,7 @@ class RLTrainer(Trainer):
                 save = last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
-                        self.save(step + 1)
+                        self.save(last_step)
                     if out_of_time:
                         break
                     continue
@@ -414,27 +414,27 @@ class RLTrainer(Trainer):
                     "time/step_s": time.time() - step_began,
                     **(per_env_metrics("train", stats) if self.mixed else {}),
                 }
-                self.metrics.log(step + 1, step_metrics)
-                self.log(step_line(step + 1, cfg.train.steps, step_metrics))
+                self.metrics.log(last_step, step_metrics)
+                self.log(step_line(last_step, cfg.train.steps, step_metrics))
                 bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
                 reason = no_update_reason(update_metrics)
                 if reason is not None:
-                    idle[step + 1] = reason
-                    self.log(f"step {step + 1}: no update: {reason}")
+                    idle[last_step] = reason
+                    self.log(f"step {last_step}: no update: {reason}")
                 if cfg.train.save_trajectories:
-                    save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step + 1:06d}.jsonl")
+                    save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{last_step:06d}.jsonl")
                 if cfg.train.validate_every and cfg.eval.episodes and (
-                        (step + 1) % cfg.train.validate_every == 0 or out_of_time):
-                    validations.append(self.validate(step + 1))
+                        last_step % cfg.train.validate_every == 0 or out_of_time):
+                    validations.append(self.validate(last_step))
                 if save:
-                    self.save(step + 1)
+                    self.save(last_step)
                 if out_of_time:
                     self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
                              f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); "
                              "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it")
                     break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
-                    ahead.publish(step + 1, self.learner.trainable_state())
+                    ahead.publish(last_step, self.learner.trainable_state())
         except OSError as error:
             if error.errno not in DISK_ERRORS:
                 raise
