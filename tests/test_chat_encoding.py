@@ -238,3 +238,71 @@ def test_a_rejected_reply_is_located_after_the_reply_prefix():
         [Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
     assert trajectory.success and trajectory.invalid_turns == [0, 1]
     assert_jump_and_look_up_located(trajectory, tokenizer)
+
+
+class ExpertCounterEnv(CounterEnv):
+    """The counter game with an expert the environment answers for (`TextEnv.expert_action`)."""
+
+    asked = 0  # expert replies given, by all instances
+
+    def expert_action(self):
+        ExpertCounterEnv.asked += 1
+        return "Thought: count.\nAction: count"
+
+
+def test_a_worked_example_opens_every_conversation_as_untrained_context():
+    """rollout.example "counter_2" (goal 3) with example_turns 2: each episode opens with the
+    expert's first two turns on that item (its observations and ReAct replies), then its own
+    first observation. The example's replies are marked not to be trained and none of their
+    tokens are; the ids equal the template's encoding of the whole conversation, and the model
+    was prompted with the example. A second run reuses the example without replaying it."""
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(ExpertCounterEnv, RolloutConfig(max_new_tokens=32, example="counter_2", example_turns=2))
+    tasks = [Task("counter", 0, "c"), Task("counter", 1, "c")]
+    first = engine.run(tasks, ModelPolicy(generator, encoder), max_turns=5)
+    expert = "Thought: count.\nAction: count"
+    assert first[0].messages[:5] == [
+        {"role": "user", "content": "Goal: count to 3."}, {"role": "assistant", "content": expert, "loss": False},
+        {"role": "user", "content": "Counter value is 1."}, {"role": "assistant", "content": expert, "loss": False},
+        {"role": "user", "content": "Goal: count to 1."}]
+    assert first[1].messages[4] == {"role": "user", "content": "Goal: count to 2."}
+    for trajectory in first:
+        assert trajectory.success and trajectory.invalid_actions == 0
+        trained = tokenizer.decode([i for i, m in zip(trajectory.input_ids, trajectory.loss_mask) if m])
+        assert "Thought" not in trained and "count" in trained
+        assert trajectory.input_ids == encoder.encode_conversation(trajectory.messages)[0]
+    assert tokenizer.decode(generator.prompts[0]).count(expert) == 2
+    asked = ExpertCounterEnv.asked
+    second = engine.run(tasks[:1], ModelPolicy(generator, encoder), max_turns=5)
+    assert second[0].messages[:5] == first[0].messages[:5] and ExpertCounterEnv.asked == asked
+
+
+def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exists():
+    """A test item is refused (the evaluation would show the answer to one of its items), as
+    are an environment without an expert and an item the environment does not have; the
+    errors name rollout.example. A BabyAI training item plays its expert's ReAct turns."""
+    from agentgym_rl.envs import registry
+
+    class TurnLeft:
+        def act(self, env):
+            return "turn left"
+
+    def play(make_env, example):
+        engine = RolloutEngine(make_env, RolloutConfig(example=example, example_turns=3))
+        return engine.run([Task("babyai", 0, "GoTo")], TurnLeft(), max_turns=1)[0]
+
+    babyai = lambda: registry.make("babyai")  # noqa: E731
+    with pytest.raises(UserError, match="'babyai_0' is a test item"):
+        play(babyai, "babyai_0")
+    with pytest.raises(UserError, match="rollout.example 'babyai_x'"):
+        play(babyai, "babyai_x")
+    with pytest.raises(UserError, match="needs an expert"):
+        play(CounterEnv, "counter_1")
+    messages = play(babyai, "babyai_91").messages
+    replies = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert replies[:2] == ["Thought: I need to turn right to explore.\nAction: turn right",
+                           "Thought: I need to go to the grey ball.\nAction: go to grey ball 1"]
+    assert len(replies) == 3 and replies[2] == "turn left"  # the expert solved babyai_91 in two turns
+    assert messages[0]["content"].startswith("Your goal: go to the grey ball")

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from ..agent.sampling import episode_stream
 from ..config import RolloutConfig
+from ..envs import registry
 from ..envs.base import TextEnv
 from ..envs.parsing import first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
@@ -81,6 +82,7 @@ class RolloutEngine:
         self.journal_bytes = 0  # the size of the last journal written
         self.resumed = 0  # unfinished episodes continued from a journal, over the engine's life
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
+        self._example: list[dict[str, Any]] = []  # rollout.example's messages, played once
         self._sampling_seed: int | None = None  # the current run's
 
     def __enter__(self) -> RolloutEngine:
@@ -146,6 +148,8 @@ class RolloutEngine:
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
              progress: Callable[[int], Any] | None, journal: Journal | None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
+        if self.config.example and not self._example:
+            self._example = self._worked_example()
         fork = self.config.fork_at if samples > 1 else 0
         # With forks, one trunk per task; its other samples branch from it (or, if it ends
         # sooner, join the queue as episodes of their own).
@@ -159,7 +163,8 @@ class RolloutEngine:
         started = 0  # jobs started so far
         signature = {"tasks": [task.item_id for task in tasks], "samples": samples, "seed": seed,
                      "sampling_seed": self._sampling_seed, "max_turns": max_turns, "fork_at": fork,
-                     "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens}
+                     "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens,
+                     "example": [self.config.example, self.config.example_turns] if self.config.example else None}
         saved = journal.load(signature) if journal is not None else None
         turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -322,6 +327,7 @@ class RolloutEngine:
         episode.state_key = str(info.get("state_key") or "")
         if self.config.system_prompt and episode.env.instruction:
             record.messages.append({"role": "system", "content": episode.env.instruction})
+        record.messages += [dict(message) for message in self._example]
         record.messages.append({"role": "user", "content": observation})
         if policy.encoder is not None:  # a token policy: the episode is kept as token ids too
             episode.ids = policy.encoder.start(record.messages)
@@ -332,6 +338,38 @@ class RolloutEngine:
                 record.truncated = True
                 self._finish(episode)
         return episode
+
+    def _worked_example(self) -> list[dict[str, Any]]:
+        """`rollout.example`'s opening messages: the expert's episode on that item, observation
+        and reply turn by turn, at most `example_turns` turns, without the observation after
+        the last reply (the episode's own first observation follows). Replies are marked
+        `loss: False`, so that fine-tuning on these conversations never trains them."""
+        item = self.config.example
+        env = self._take_env()
+        try:
+            try:
+                observation, info = env.reset(item)
+            except Exception as error:  # noqa: BLE001 — a wrong item is the user's to fix
+                raise UserError(f"rollout.example {item!r}: {error}") from None
+            if info.get("item_id", item) in {task.item_id for task in _test_tasks(env.env_id)}:
+                raise UserError(f"rollout.example {item!r} is a test item: the evaluation would show the "
+                                f"model the answer to one of its items; take one of the train split")
+            messages: list[dict[str, Any]] = []
+            for _ in range(self.config.example_turns):
+                reply = env.expert_action()
+                if reply is None:
+                    raise UserError(f"rollout.example needs an expert, and environment {env.env_id!r} has none")
+                messages += [{"role": "user", "content": observation},
+                             {"role": "assistant", "content": reply, "loss": False}]
+                observation, _, terminated, truncated, _ = env.step(reply)
+                if terminated or truncated:
+                    break
+        except BaseException:
+            _close_quietly(env)
+            raise
+        with self._idle_lock:
+            self._idle.append(env)  # reset by the next episode that takes it
+        return messages
 
     def _reply_prefix(self, policy: Policy) -> list[int]:
         """The ids of `rollout.reply_prefix` for a token policy (none for a text policy)."""
@@ -443,6 +481,17 @@ class RolloutEngine:
             finished = sum(1 for e in episodes if e.done)
             if finished:
                 progress(finished)
+
+
+def _test_tasks(env_id: str) -> list[Task]:
+    """The test split of a registered environment with its default arguments (none for an
+    environment this process does not know, or whose split needs arguments)."""
+    if env_id not in registry.env_ids():
+        return []
+    try:
+        return registry.tasks(env_id, "test")
+    except UserError:
+        return []
 
 
 def _close_quietly(env: TextEnv) -> None:
