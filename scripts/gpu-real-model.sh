@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct trained by GRPO on BabyAI on a GPU, from the instruct model, no SFT
-# (docs/SCALING.md, "The GPU check"): the recipe configs/smollm2_babyai_grpo.yaml, shortened to
+# (docs/SCALING.md, "The GPU check"): a SmolLM2 BabyAI recipe (CONFIG), shortened to
 # STEPS steps, validated greedily on the 90 test items before, midway and after.
+#   CONFIG  the recipe (default configs/smollm2_babyai_grpo.yaml, replies continued from "Action:";
+#           configs/smollm2_babyai_grpo_free.yaml: free replies after a worked example)
 #   MODEL   a named model, a .gguf file or a model folder (default smollm2-135m-instruct; the
 #           wheel that holds it is too large to travel to the GPU machines, so give its .gguf)
 #   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
@@ -21,6 +23,7 @@ PYTHON=${PYTHON:-python3}
 SITE=${SITE:-/tmp/agentgym-rl-site}
 RUNS=${RUNS:-runs/gpu-check}
 DEVICE=${DEVICE:-cuda}
+CONFIG=${CONFIG:-configs/smollm2_babyai_grpo.yaml}
 MODEL=${MODEL:-smollm2-135m-instruct}
 STEPS=${STEPS:-20}
 LIMIT=${LIMIT:-0}
@@ -34,7 +37,7 @@ echo "== model folder $FOLDER ($((SECONDS - start)) s)"
 every=$(( (STEPS + 2) / 3 ))
 start=$SECONDS
 # Every episode of a group in flight at once: the GPU holds their KV caches easily.
-"${CLI[@]}" train configs/smollm2_babyai_grpo.yaml model.path="$FOLDER" run.device="$DEVICE" \
+"${CLI[@]}" train "$CONFIG" model.path="$FOLDER" run.device="$DEVICE" \
     run.output_dir="$RUNS" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
     train.save_every="$STEPS" train.time_limit_min="$LIMIT" schedule.every="$every" rollout.max_envs=0 \
     rollout.kv_cache_mb=32768 "$@" &

@@ -18,6 +18,7 @@ from test_cli import cli
 from agentgym_rl.agent import models
 from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.errors import UserError
+from agentgym_rl.rollout.formats.sft import sft_messages
 from agentgym_rl.rollout.trajectory import load_trajectories
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,18 +114,26 @@ def test_turns_are_encoded_exactly_as_smollm2s_own_template_renders_them(smollm2
 
 
 def test_the_instruct_model_plays_babyai_zero_shot_by_name_token_exactly(smollm2, smollm2_tokenizer, tmp_path):
+    """By name, after a worked example (the expert's first turn on a training item, untrained),
+    as the free-reply recipe plays."""
     # Greedy, as a zero-shot evaluation is (a sampled reply may be a spelling of its text that
     # the tokenizer would not produce: the ids sampled are kept, and would not re-encode).
     code, out, err = cli("eval", "--policy", NAME, "--env", "babyai", "--episodes", "1", "--max-turns", "2",
                          "--max-new-tokens", "12", "--temperature", "0", "--system-prompt",
-                         "--trajectories", str(tmp_path / "ep.jsonl"))
+                         "--trajectories", str(tmp_path / "ep.jsonl"), "rollout.example=babyai_91",
+                         "rollout.example_turns=1")
     assert code == 0, err
     assert "Avg@1" in out and "items 1 × samples 1" in out
     [episode] = load_trajectories(tmp_path / "ep.jsonl")
-    assert episode.messages[0]["role"] == "system" and episode.turns == 2
-    # What was sampled and stepped is what its own template makes of the conversation.
-    ids, _ = ChatEncoder(smollm2_tokenizer).encode_conversation(episode.messages)
+    assert [m["role"] for m in episode.messages[:4]] == ["system", "user", "assistant", "user"]
+    assert episode.messages[2] == {"role": "assistant", "content": "Thought: I need to turn right to explore.\n"
+                                   "Action: turn right", "loss": False} and episode.turns == 2
+    # What was sampled and stepped is what its own template makes of the conversation; neither
+    # the rollout nor fine-tuning on its conversation (rejection sampling's) trains the example.
+    ids, mask = ChatEncoder(smollm2_tokenizer).encode_conversation(*sft_messages(episode))
     assert episode.input_ids[:len(ids)] == ids
+    for trained in (mask, episode.loss_mask):
+        assert "explore" not in smollm2_tokenizer.decode([i for i, m in zip(episode.input_ids, trained) if m])
 
 
 @pytest.mark.slow
