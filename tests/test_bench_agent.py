@@ -229,3 +229,28 @@ def test_the_tiny_model_over_every_registered_environment(model_dir, tmp_path):
     rows = list(csv.DictReader((tmp_path / "results.csv").open()))
     assert {r["env"] for r in rows} == set(results["envs"])
     assert all((tmp_path / name).stat().st_size > 1000 for name in ("turns.png", "pass_at_k.png"))
+
+
+def test_the_zero_shot_script_plays_every_reply_mode(model_dir, tmp_path):
+    """scripts/zero-shot.sh on one BabyAI item with the tiny model: bench-agent's table for free
+    and prefixed replies, eval's summary for replies restricted to listed actions, each in its
+    documented place; the prefixed pass did continue every reply from "Action:"."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "zero-shot.sh"
+    env = {**os.environ, "PYTHON": sys.executable, "SITE": str(tmp_path / "no-site"), "MODEL": str(model_dir),
+           "ENVS": "babyai", "EPISODES": "1", "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", str(script), "rollout.max_new_tokens=6"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for mode in ("free", "prefixed"):
+        table = (tmp_path / "out" / mode / "babyai" / "table.md").read_text()
+        assert "| babyai | 1 | 20 |" in table, table
+        assert f"== {mode}: " in done.stdout
+    [prefixed] = load_trajectories(tmp_path / "out" / "prefixed" / "babyai" / "trajectories" / "babyai.greedy.jsonl")
+    assert all(m["content"].startswith("Action:") for m in prefixed.messages if m["role"] == "assistant")
+    listed = json.loads((tmp_path / "out" / "listed" / "babyai.json").read_text())
+    assert listed["episodes"] == 1 and "== listed: " in done.stdout
