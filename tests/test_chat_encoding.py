@@ -280,9 +280,10 @@ def test_a_worked_example_opens_every_conversation_as_untrained_context():
 
 
 def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exists():
-    """A test item is refused (the evaluation would show the answer to one of its items), as
-    are an environment without an expert and an item the environment does not have; the
-    errors name rollout.example. A BabyAI training item plays its expert's ReAct turns."""
+    """A test item is refused (the evaluation would show the answer to one of its items), in a
+    mix of environments too, as are an environment without an expert and an item the
+    environment does not have; the errors name rollout.example. A BabyAI training item plays
+    its expert's ReAct turns."""
     from agentgym_rl.envs import registry
 
     class TurnLeft:
@@ -294,8 +295,10 @@ def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exist
         return engine.run([Task("babyai", 0, "GoTo")], TurnLeft(), max_turns=1)[0]
 
     babyai = lambda: registry.make("babyai")  # noqa: E731
-    with pytest.raises(UserError, match="'babyai_0' is a test item"):
-        play(babyai, "babyai_0")
+    mix = lambda: registry.make("mix", members=[{"id": "babyai"}, {"id": "textcraft"}])  # noqa: E731
+    for make_env in (babyai, mix):  # a mix refuses its members' test items
+        with pytest.raises(UserError, match="'babyai_0' is a test item"):
+            play(make_env, "babyai_0")
     with pytest.raises(UserError, match="rollout.example 'babyai_x'"):
         play(babyai, "babyai_x")
     with pytest.raises(UserError, match="needs an expert"):

@@ -351,7 +351,8 @@ class RolloutEngine:
                 observation, info = env.reset(item)
             except Exception as error:  # noqa: BLE001 — a wrong item is the user's to fix
                 raise UserError(f"rollout.example {item!r}: {error}") from None
-            if info.get("item_id", item) in {task.item_id for task in _test_tasks(env.env_id)}:
+            canonical = str(info.get("item_id", item))  # "<env>_<index>": a mix's member names itself
+            if canonical in {task.item_id for task in _test_tasks(canonical.rsplit("_", 1)[0])}:
                 raise UserError(f"rollout.example {item!r} is a test item: the evaluation would show the "
                                 f"model the answer to one of its items; take one of the train split")
             messages: list[dict[str, Any]] = []
