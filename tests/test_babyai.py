@@ -297,6 +297,20 @@ def test_first_wrong_token_finds_where_the_action_left_every_available_one(actio
     assert first_wrong_token(list(range(len(REPLY_TOKENS))), decode, actions) == expected
 
 
+@pytest.mark.parametrize("tokens, expected", [
+    (["Thought", ": look", "\n", "You", " see"], 3),   # the line after the thought is not an action
+    (["Thought", ": look", "\n\n", " You"], 3),         # blank space before it is passed over
+    (["Thought", ": look", " at", " it"], None),         # a thought and nothing else
+    (["Thought", ": look", "\n", "\n"], None),
+    (["You", " see", " a", " key"], 0),                   # no thought: read as a bare action, as before
+])
+def test_a_thought_without_an_action_line_went_wrong_where_the_action_line_should_begin(tokens, expected):
+    def decode(ids):
+        return "".join(tokens[i] for i in ids)
+
+    assert first_wrong_token(list(range(len(tokens))), decode, ["turn left", "go to grey key 1"]) == expected
+
+
 WORDS = REPLY_TOKENS + [" green", " red", " ball", " pickup", " 10", " turn", " left"]
 
 

@@ -30,6 +30,7 @@ def extract_action(text: str) -> str | None:
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+_THOUGHT_OPENING = re.compile(r"\s*thought\s*:", re.IGNORECASE)
 
 
 def drop_thought(text: str) -> str:
@@ -50,6 +51,12 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     brings " grey": the tokens before it are right and the ones after follow from it.
     Compared case-insensitively, as the environments parse actions.
 
+    A reply that opens with a thought and has no `Action:` line went wrong where its action
+    line should have begun: at the first token of the line after the thought ("Thought: ...\n
+    You can see ..." at "You"). Read as a bare action, the whole reply would be blamed on its
+    first token, "Thought", which would teach a model that has just taken up the format to drop
+    it (free replies, `rollout.example`).
+
     Args:
         reply_ids: the reply's token ids.
         decode: ids -> reply text (decoding a prefix of the ids gives a prefix of the text).
@@ -58,9 +65,15 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     Returns:
         The token index; the last token's when the action stops short of a listed one ("go
         to" then the end of the reply). None when the action is one of `actions` (the
-        environment refused an action it listed) or cannot be located in the text.
+        environment refused an action it listed), cannot be located in the text, or a thought
+        is all the reply holds.
     """
     reply = decode(reply_ids)
+    thought = _THOUGHT_OPENING.match(reply)
+    if thought is not None and _ACTION_LINE.search(reply) is None:
+        line = reply.find("\n", thought.end())
+        rest = reply[line:].lstrip() if line >= 0 else ""
+        return _token_at(reply_ids, decode, len(reply) - len(rest)) if rest else None
     action, start = _action_in(reply)
     if action is None or not actions:
         return None
@@ -71,9 +84,13 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     matched = max(len(os.path.commonprefix([wanted, a])) for a in listed)
     if matched == len(wanted):
         return len(reply_ids) - 1
-    wrong_char = start + matched
+    return _token_at(reply_ids, decode, start + matched)
+
+
+def _token_at(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str], char: int) -> int | None:
+    """Index of the reply token that brings character `char` of the reply's text."""
     for k in range(len(reply_ids)):
-        if len(decode(reply_ids[:k + 1])) > wrong_char:
+        if len(decode(reply_ids[:k + 1])) > char:
             return k
     return None
 
