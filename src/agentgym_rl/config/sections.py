@@ -258,7 +258,7 @@ class RolloutConfig:
     and before the episode's own first observation, as context and never trained. A small
     instruct model that does not keep the reply format zero-shot then writes "Thought: ...
     Action: ..." itself: SmolLM2-135M-Instruct's sampled BabyAI replies with an Action line went
-    from 0 to 36% (docs/RESULTS.md). Empty: none. The environment needs an expert; an item of
+    from 0 to 34% (docs/RESULTS.md). Empty: none. The environment needs an expert; an item of
     the test split is refused."""
     example_turns: Positive = 4
     """At most this many turns of `example`'s expert episode (fewer when it ends sooner)."""
