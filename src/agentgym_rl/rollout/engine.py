@@ -486,9 +486,7 @@ class RolloutEngine:
 
 def _test_tasks(env_id: str) -> list[Task]:
     """The test split of a registered environment with its default arguments (none for an
-    environment this process does not know, or whose split needs arguments)."""
-    if env_id not in registry.env_ids():
-        return []
+    environment this process does not know, or whose split needs arguments: both UserErrors)."""
     try:
         return registry.tasks(env_id, "test")
     except UserError:
