@@ -156,7 +156,20 @@ def test_reset_observation_and_info(env):
     assert info == {"item_id": f"sciworld_{LIFESPAN_ITEM}", "task_id": "7-1",
                     "task_name": "lifespan-longest-lived", "variation": 93, "category": "Lifespan",
                     "score": 0, "success": False, "task_description": description}
-    assert env.available_actions()[0] == "look around"
+
+
+def test_available_actions_are_commands_on_the_things_in_reach(env):
+    env.reset(LIFESPAN_ITEM)
+    listed = env.available_actions()
+    assert len(listed) > 100 and len(set(listed)) == len(listed)
+    assert {"look around", "open door to outside", "inventory", "wait"} <= set(listed)
+    assert "reset task" not in listed and not [a for a in listed if "OBJ" in a or "LOC" in a]
+    assert "go to outside" not in listed  # its door is closed
+    assert env.available_actions() == listed and env.available_actions() is not env.available_actions()
+    # Well-formed on what is here, not all possible: the simulator still refuses some.
+    assert "connect bee 4 to air" in listed and env.step("connect bee 4 to air")[4]["invalid_action"]
+    env.step("open door to outside")
+    assert "go to outside" in env.available_actions()  # asked again: the state changed
 
 
 def test_reset_is_deterministic_and_reuses_the_jvm(env):
@@ -210,6 +223,7 @@ def test_ambiguous_command_asks_and_another_command_cancels(env):
     obs, _, _, _, info = env.step("look at door")
     assert obs.startswith("Ambiguous request") and "0:\tlook at door between greenhouse and hallway" in obs
     assert info["invalid_action"] and info["ambiguous"]
+    assert env.available_actions() == ["0", "1"]  # the simulator lists only its choices then
     obs, _, _, _, info = env.step("1")  # answering with the number
     assert obs == "A door to the outside (that is closed)" and not info["invalid_action"]
     env.step("look at door")

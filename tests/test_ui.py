@@ -432,4 +432,14 @@ def test_the_plot_fills_the_page_with_labelled_axes_and_the_ticked_runs_curves(p
         assert "trained on babyai, not textcraft" in page.locator("[data-testid=p-warning]").inner_text()
         page.select_option("[data-testid=p-env]", "babyai")
         assert page.locator("[data-testid=p-warning]").inner_text() == ""
+
+        # SciWorld lists thousands of actions: the action box suggests them; no button each.
+        page.select_option("[data-testid=p-env]", "sciworld")
+        page.wait_for_function("document.querySelector('#p-item option')?.value.startsWith('sciworld_')")
+        page.click("[data-testid=p-start]")
+        page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 0')")
+        assert "actions available: type in the box" in page.locator("[data-testid=p-actions]").inner_text()
+        assert page.locator("[data-testid=p-actions] button").count() == 0
+        suggested = page.locator("[data-testid=p-suggestions] option")
+        assert suggested.count() > 40 and page.locator("[data-testid=p-suggestions] option[value='look around']").count() == 1
     assert errors == []

@@ -90,6 +90,8 @@ _FAILURE = re.compile(
     re.IGNORECASE,
 )
 _AMBIGUOUS = "Ambiguous request"
+#: The numbered choices of an ambiguous request ("0:\tlook at door between ...").
+_CHOICE = re.compile(r"^(\d+):\t", re.MULTILINE)
 
 T = TypeVar("T")
 
@@ -134,6 +136,7 @@ class SciWorldEnv(TextEnv):
         self._actions: list[str] = []
         self._gold: list[str] | None = None
         self._awaiting_choice = False
+        self._listed: tuple[tuple[int, int], list[str]] | None = None  # (state, its available actions)
         self._score = 0  # the simulator's score now
         self._paid = 0  # the score the rewards so far add up to
         self._done = True
@@ -252,8 +255,19 @@ class SciWorldEnv(TextEnv):
         return SciWorldExpert().act(self)
 
     def available_actions(self) -> list[str] | None:
-        """Action templates (not the objects: the simulator would list thousands)."""
-        return list(ACTION_TEMPLATES) if self.task is not None else None
+        """The commands well-formed now on the things in reach (the simulator's
+        `getValidActionObjectCombinations`: a few hundred to a few thousand, too many for a
+        prompt, which lists `ACTION_TEMPLATES` instead), without "reset task", which would
+        start the task over. The simulator still refuses some ("connect bee 4 to air"). While the simulator asks which object a command meant, it lists
+        nothing, and the numbers it offers are the list. The list is computed once per state (~0.05-0.2 s)."""
+        if self.task is None:
+            return None
+        state = (self.episode, len(self._sent))
+        if self._listed is None or self._listed[0] != state:
+            listed = self._call(lambda server: [str(action) for action in server.getValidActionObjectCombinations()])
+            choices = _CHOICE.findall(self._last_raw) if self._awaiting_choice else []
+            self._listed = state, list(dict.fromkeys([*choices, *(a for a in listed if a != "reset task")]))
+        return list(self._listed[1])
 
     def close(self) -> None:
         sim, self._sim = self._sim, None

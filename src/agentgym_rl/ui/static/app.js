@@ -386,11 +386,19 @@ function modelChoice() {
   return { endpoint: $("p-endpoint").value.trim(), model: $("p-model-name").value.trim() };
 }
 
+const MAX_ACTION_BUTTONS = 40;
+
 function showPlay(body) {
   const log = body.messages.map((m) => el("div", { class: `msg ${m.role}` }, el("b", {}, m.role === "user" ? "env" : "agent"), el("pre", {}, m.content)));
   $("p-log").replaceChildren(...log);
   $("p-log").scrollTop = $("p-log").scrollHeight;
-  $("p-actions").replaceChildren(...(body.available_actions || []).map((a) => el("button", { onclick: () => act(a) }, a)));
+  // A button per action while they fit on a line or two (BabyAI's, TextCraft's); SciWorld lists
+  // thousands, which the action box offers as suggestions while one types instead.
+  const actions = body.available_actions || [];
+  const many = actions.length > MAX_ACTION_BUTTONS;
+  $("p-actions").replaceChildren(...(many ? [`${actions.length} actions available: type in the box to see them`]
+    : actions.map((a) => el("button", { onclick: () => act(a) }, a))));
+  $("p-suggestions").replaceChildren(...(many ? actions.map((a) => el("option", { value: a })) : []));
   $("p-status").textContent = `${body.item_id} · turn ${(body.messages.length - 1) / 2} · reward ${fmt(body.total_reward)}` +
     (body.done ? " · episode over" : "");
   const image = body.image || body.screenshot;
