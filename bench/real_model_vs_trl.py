@@ -6,7 +6,7 @@ Run by hand (`make bench` installs the `bench` extra, TRL itself); its table goe
 docs/BENCHMARKS.md with the date and machine. Each arm runs in its own process (its peak RSS is
 its own), arms interleaved in every repetition.
 
-    python bench/real_model_vs_trl.py [--reps 3] [--tasks 4] [--samples 4] [--turns 4]
+    python bench/real_model_vs_trl.py [--reps 3] [--tasks 4] [--samples 4] [--turns 4] [--rollout-threads 1]
 
 Arms, on the same tasks (TRL plays the items our run sampled), samples, turns and prompts (the
 recipe's system prompt, listed actions and "Action:" reply prefix, 16-token replies):
@@ -21,6 +21,8 @@ recipe's system prompt, listed actions and "Action:" reply prefix, 16-token repl
   then one optimizer step of its `_compute_loss` over the episodes as its multi-turn path lays
   them out (bench/update_vs_trl.py), with each episode's group-normalised reward as advantage.
 - floor: one no-grad forward pass over our arm's final episodes, sorted by length and 8 a batch.
+With `--rollout-threads N` both sides generate on N threads (ours: `rollout.threads`; TRL: torch
+pinned while it generates) and update at torch's default count.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def ours(args, out: Path) -> dict:
                f"algo.tasks_per_step={args.tasks}", f"algo.group_size={args.samples}",
                f"algo.minibatch_size={args.tasks * args.samples}", "algo.skip_zero_advantage=false",
                f"run.output_dir={out}", "run.name=ours", "--overwrite"]
+    if args.rollout_threads:
+        command.append(f"rollout.threads={args.rollout_threads}")
     _, peak = measured(command, out / "ours.log")
     step = next(json.loads(line) for line in (out / "ours" / "metrics.jsonl").read_text().splitlines()
                 if "time/rollout_s" in line)
@@ -67,7 +71,8 @@ def ours(args, out: Path) -> dict:
 
 def trl(args, trajectories: str, out: Path) -> dict:
     text, peak = measured([sys.executable, __file__, "--child", "trl", "--trajectories", trajectories,
-                           "--turns", str(args.turns)], out / "trl.log")
+                           "--turns", str(args.turns), "--rollout-threads", str(args.rollout_threads)],
+                          out / "trl.log")
     return {**json.loads(text.split("RESULT ")[1].splitlines()[0]), "peak_gb": peak}
 
 
@@ -100,7 +105,7 @@ def child_floor(path: str) -> None:
     print("RESULT " + json.dumps({"floor_s": time.perf_counter() - began}), flush=True)
 
 
-def child_trl(path: str, turns: int) -> None:
+def child_trl(path: str, turns: int, threads: int) -> None:
     import torch
     from rollout_vs_trl import TRLGenerator
     from update_vs_trl import trl_inputs
@@ -127,7 +132,7 @@ def child_trl(path: str, turns: int) -> None:
     torch.manual_seed(0)
     began = time.perf_counter()
     with engine:
-        played = engine.run(picked, ModelPolicy(TRLGenerator(trainer), encoder), turns, samples)
+        played = engine.run(picked, ModelPolicy(TRLGenerator(trainer, threads), encoder), turns, samples)
     rollout_s = time.perf_counter() - began
     began = time.perf_counter()
     rewards = torch.tensor([sum(t.turn_rewards) for t in played], dtype=torch.float32)
@@ -182,11 +187,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--rollout-threads", type=int, default=0,
+                        help="threads both sides generate on (0: each side's default)")
     parser.add_argument("--child", choices=["trl", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--trajectories", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "trl":
-        return child_trl(args.trajectories, args.turns)
+        return child_trl(args.trajectories, args.turns, args.rollout_threads)
     if args.child == "floor":
         return child_floor(args.trajectories)
     runs: dict[str, list[dict]] = {"ours": [], "TRL 1.16": []}
@@ -215,7 +222,8 @@ def main() -> None:
     import torch
 
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; SmolLM2-135M-Instruct "
-          f"float32, BabyAI, {args.tasks} tasks × {args.samples} samples, {args.turns} turns; median (min–max) of "
+          f"float32, BabyAI, {args.tasks} tasks × {args.samples} samples, {args.turns} turns, generating on "
+          f"{args.rollout_threads or 'the default number of'} thread(s); median (min–max) of "
           f"{args.reps} interleaved repetitions")
     print("| arm | episodes / hour (rollout + update) | vs TRL (within rep) | rollout | update | peak RSS | "
           "rollout / forward-only floor |")

@@ -34,6 +34,7 @@ def worker_group(nodeid: str) -> str:
     return "ray" if Path(module).name.startswith("test_ray") else module
 
 
+@pytest.hookimpl(optionalhook=True)  # `make test-vllm`'s environment has no pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadscope` hands out `worker_group`s. (pytest-xdist's own `loadgroup` marks do
     not reach its scheduler under pytest 9.2, which no longer reads a test's id from the field
