@@ -41,7 +41,7 @@ def test_summarize_avg_at_n_pass_at_k_and_categories():
 
 
 def test_paired_difference_counts_gains_and_losses():
-    from agentgym_rl.quickstart import paired_difference
+    from agentgym_rl.eval.metrics import change_sentence, paired_difference
 
     before = {"a": False, "b": True, "c": False, "d": True}
     after = {"a": True, "b": True, "c": True, "d": False}
@@ -49,3 +49,5 @@ def test_paired_difference_counts_gains_and_losses():
     # diffs 1, 0, 1, -1: mean 0.25, sample variance ((.75²)*2 + .25² + 1.25²)/3 = 2.75/3
     assert mean == pytest.approx(0.25) and (gained, lost) == (2, 1)
     assert se == pytest.approx((2.75 / 3 / 4) ** 0.5)
+    assert change_sentence(before, after) == ("+25.0 points: 2 items gained, 1 lost (paired standard error "
+                                              f"{100 * (2.75 / 3 / 4) ** 0.5:.1f} points over 4 items)")

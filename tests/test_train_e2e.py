@@ -213,8 +213,10 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     start of training, as a last step: that step validates and saves, and `--resume` without the
     limit goes on to what a run without it reaches, weights and metrics alike. The clock reads a
     minute later each time, so a 1.5-minute limit stops after step 2 (and never, were it counted
-    from the start of each step)."""
+    from the start of each step). Each invocation ends on a line pairing the run's first
+    validation with its last."""
     from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.eval.metrics import change_sentence
     from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
@@ -235,8 +237,16 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     assert [v["step"] for v in validations] == [0, 2]
     assert "stopped after step 2 of 4: train.time_limit_min=1.5 reached (3.0 min); `agentgym-rl train CONFIG " \
            "--resume` (the same run.name) goes on from it" in lines
-    assert lines[-1] == "all 2 steps updated the policy" or lines[-1].endswith("of 2 steps updated nothing")
-    fit("timed", resume=True)
+    assert lines[-2] == "all 2 steps updated the policy" or lines[-2].endswith("of 2 steps updated nothing")
+    first, last = validations
+    assert lines[-1] == (
+        f"validation success, step 0 → 2: {100 * first['success']:.1f}% → {100 * last['success']:.1f}%, "
+        f"{change_sentence(first['item_success'], last['item_success'])}")
+    _, lines, resumed = fit("timed", resume=True)
+    # The resumed run validates at its end only; its line pairs that with step 0's, from validation/.
+    assert [v["step"] for v in resumed] == [4] and lines[-1] == (
+        f"validation success, step 0 → 4: {100 * first['success']:.1f}% → {100 * resumed[0]['success']:.1f}%, "
+        f"{change_sentence(first['item_success'], resumed[0]['item_success'])}")
 
     def rows(run_dir):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -440,6 +440,7 @@ def test_the_plot_fills_the_page_with_labelled_axes_and_the_ticked_runs_curves(p
         page.wait_for_function("document.querySelector('[data-testid=p-status]').textContent.includes('turn 0')")
         assert "actions available: type in the box" in page.locator("[data-testid=p-actions]").inner_text()
         assert page.locator("[data-testid=p-actions] button").count() == 0
-        suggested = page.locator("[data-testid=p-suggestions] option")
-        assert suggested.count() > 40 and page.locator("[data-testid=p-suggestions] option[value='look around']").count() == 1
+        suggestions = "[data-testid=p-suggestions] option"
+        assert page.locator(suggestions).count() > 40
+        assert page.locator(f"{suggestions}[value='look around']").count() == 1
     assert errors == []

@@ -4,28 +4,17 @@ train with GRPO + ScalingInter-RL, evaluate again, report."""
 from __future__ import annotations
 
 import json
-import math
 import time
 from importlib import resources
 
 from .config import RLConfig, load_config
 from .eval.evaluate import format_table
+from .eval.metrics import change_sentence, paired_difference
 from .eval.plots import plot_run
 from .ui.report import write_report
 from .train.rl import RLTrainer
 
 QUICKSTART_CONFIG = resources.files("agentgym_rl") / "configs" / "quickstart.yaml"
-
-
-def paired_difference(before: dict[str, bool], after: dict[str, bool]) -> tuple[float, float, int, int]:
-    """Mean change in success over the same items, its standard error, and how many items
-    were gained and lost (the two evaluations share items, so the paired error applies)."""
-    items = sorted(before)
-    diffs = [float(after[i]) - float(before[i]) for i in items]
-    n = len(diffs)
-    mean = sum(diffs) / n
-    variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
 
 
 def before_after_table(before: dict, after: dict) -> str:
@@ -47,7 +36,6 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     validations = trainer.fit()
     before, after = validations[0], validations[-1]
     seconds = time.time() - began
-    n = after["episodes"]
     delta, noise, gained, lost = paired_difference(before["item_success"], after["item_success"])
     image = plot_run(trainer.run_dir)
     report = {"before": before, "after": after, "seconds": seconds, "run_dir": str(trainer.run_dir),
@@ -59,9 +47,8 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     log(format_table(after, title=f"after {config.train.steps} RL steps ({config.algo.name} + ScalingInter-RL)"))
     log("")
     log(before_after_table(before, after))
-    log(f"\nRL changed test success by {100 * delta:+.1f} points: {gained} items gained, {lost} lost "
-        f"(paired standard error {100 * noise:.1f} points over {n} items, validation temperature "
-        f"{config.eval.temperature})")
+    log(f"\nRL changed test success by {change_sentence(before['item_success'], after['item_success'])}; "
+        f"validation temperature {config.eval.temperature}")
     log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
     log(f"report: {write_report(trainer.run_dir)}  (or browse every episode: agentgym-rl view "
         f"{trainer.run_dir.parent})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from math import comb
 
@@ -16,6 +17,25 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def paired_difference(before: dict[str, bool], after: dict[str, bool]) -> tuple[float, float, int, int]:
+    """Mean change in success over the same items, its standard error, and how many items
+    were gained and lost (the two evaluations share items, so the paired error applies)."""
+    items = sorted(before)
+    diffs = [float(after[i]) - float(before[i]) for i in items]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+
+
+def change_sentence(before: dict[str, float], after: dict[str, float]) -> str:
+    """`paired_difference` in words: "+34.4 points: 34 items gained, 3 lost (paired standard
+    error 5.7 points over 90 items)"."""
+    delta, noise, gained, lost = paired_difference(before, after)
+    return (f"{100 * delta:+.1f} points: {gained} items gained, {lost} lost (paired standard error "
+            f"{100 * noise:.1f} points over {len(before)} items)")
 
 
 def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:

@@ -24,10 +24,10 @@ from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
-from ..eval.metrics import summarize
+from ..eval.metrics import change_sentence, summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
-from ..rollout.trajectory import Trajectory, save_trajectories
+from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
 from . import distributed
 from .asynchronous import RolloutsAhead, staleness_histogram
@@ -460,7 +460,30 @@ class RLTrainer(Trainer):
         if stale:
             counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(stale).items())
             self.log(f"steps trained on data {counts}")
+        change = self._validation_change(validations)
+        if change is not None:
+            self.log(change)
         return validations
+
+    def _validation_change(self, validations: list[dict[str, Any]]) -> str | None:
+        """The run's first validation against its last, item by item, in a line; the first comes
+        from `validation/` when this invocation resumed the run after it. None without two
+        validations of the same items."""
+        if not validations or self.rank > 0:
+            return None
+        first, last = validations[0]["item_success"], validations[-1]["item_success"]
+        first_step = validations[0]["step"]
+        earliest = min((self.run_dir / "validation").glob("step_*.jsonl"), default=None)
+        if earliest is not None and int(earliest.stem.split("_")[1]) < first_step:
+            first_step, per_item = int(earliest.stem.split("_")[1]), {}
+            for t in load_trajectories(earliest):
+                per_item.setdefault(t.item_id, []).append(float(t.success))
+            first = {item: sum(s) / len(s) for item, s in per_item.items()}
+        if first_step == validations[-1]["step"] or set(first) != set(last):
+            return None
+        before, after = (100 * sum(v.values()) / len(v) for v in (first, last))
+        return (f"validation success, step {first_step} → {validations[-1]['step']}: {before:.1f}% → {after:.1f}%, "
+                f"{change_sentence(first, last)}")
 
     def _load_generator(self, weights: dict[str, torch.Tensor]) -> None:
         """Published weights into the generator's own copy (`train.asynchronous`, in its thread)."""

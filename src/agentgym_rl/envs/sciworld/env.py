@@ -258,8 +258,9 @@ class SciWorldEnv(TextEnv):
         """The commands well-formed now on the things in reach (the simulator's
         `getValidActionObjectCombinations`: a few hundred to a few thousand, too many for a
         prompt, which lists `ACTION_TEMPLATES` instead), without "reset task", which would
-        start the task over. The simulator still refuses some ("connect bee 4 to air"). While the simulator asks which object a command meant, it lists
-        nothing, and the numbers it offers are the list. The list is computed once per state (~0.05-0.2 s)."""
+        start the task over. The simulator still refuses some ("connect bee 4 to air"). While
+        it asks which object a command meant, it lists nothing, and the numbers it offers are
+        the list. Computed once per state (0.05-0.2 s)."""
         if self.task is None:
             return None
         state = (self.episode, len(self._sent))
