@@ -383,3 +383,41 @@ def test_an_episode_joining_a_continued_batch_copies_no_cache(tiny_tokenizer):
         assert cached.reused_columns > 0 and cached.copied_columns == 0
         width = max(len(p) for p in prompts)
         assert cached.prefilled_columns - prefilled < 0.8 * len(prompts) * width  # a head was split off
+
+
+def test_a_prompt_that_repeats_is_prefilled_once_and_replies_as_it_would_alone(tiny_tokenizer):
+    """A GRPO group's samples share their prompt: each distinct prompt of a fresh batch runs once
+    (all columns but the last, which `generate` runs for every row), and each row replies as its
+    prompt alone would: greedy ids equal, logprobs within 1e-4."""
+    model = _model(tiny_tokenizer)
+    pad, end = tiny_tokenizer.pad_token_id, _end_id(tiny_tokenizer)
+    prompts = [tiny_tokenizer.encode(OPENINGS[k]) for k in (0, 2, 0, 1, 2, 0)]
+    generator = HFGenerator(model, pad, [end], 0.0, threads=1)
+    grouped = generator.generate(prompts, MAX_NEW)
+    width = max(map(len, prompts))
+    assert generator.prefilled_columns == 3 * (width - 1) + len(prompts)
+    for prompt, generation in zip(prompts, grouped):
+        [alone] = HFGenerator(model, pad, [end], 0.0, reuse_cache=False, threads=1).generate([prompt], MAX_NEW)
+        assert generation.ids == alone.ids and generation.finished == alone.finished
+        assert generation.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+
+
+def test_sampled_rows_of_one_prompt_differ_and_continue_their_own_caches(tiny_tokenizer):
+    """At temperature 1 the rows of a repeated prompt sample apart from the shared keys and values,
+    and the next turn continues each row's cache: every logprob is the full forward pass's."""
+    model = _model(tiny_tokenizer)
+    pad, end = tiny_tokenizer.pad_token_id, _end_id(tiny_tokenizer)
+    generator = HFGenerator(model, pad, [end], 1.0, threads=1)
+    prompts = [tiny_tokenizer.encode(OPENINGS[0])] * 4
+    for turn in range(2):
+        generations = generator.generate(prompts, MAX_NEW, streams=[0, 1, 2, 3])
+        if turn == 0:
+            assert len({tuple(g.ids) for g in generations}) > 1
+        for prompt, generation in zip(prompts, generations):
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + generation.ids])).logits[0, len(prompt) - 1:-1]
+            expected = logits.float().log_softmax(-1).gather(-1, torch.tensor(generation.ids)[:, None])[:, 0]
+            assert generation.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+        prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"obs {turn}")
+                   for p, g in zip(prompts, generations)]
+    assert generator.reused_columns > 0

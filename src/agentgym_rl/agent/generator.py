@@ -331,6 +331,8 @@ class HFGenerator:
         try:
             with torch.no_grad():
                 head_columns = 0
+                if reused == 0 and _continuable(cache):
+                    head_columns = self._prefill_repeats(input_ids, attention, cache)
                 while _continuable(cache) and (columns := self._prefill_head(input_ids, attention, cache)):
                     head_columns += columns
                 self.prefilled_columns += head_columns + len(prompts) * (width - cache.get_seq_length())
@@ -364,6 +366,43 @@ class HFGenerator:
             batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
                            [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
         return generations, batch
+
+    def _prefill_repeats(self, input_ids: Any, attention: Any, cache: Any) -> int:
+        """Prefill each distinct prompt of a fresh batch once, when some repeat (a GRPO group's
+        samples, Pass@k's), and give every row its prompt's keys and values.
+
+        All columns but the last are run for the distinct rows and copied into `cache` row by
+        row; `generate` runs the last column for every row, as it would after any cache.
+        Args:
+            input_ids, attention: (B, W) the whole batch, left-padded, as `generate` gets it.
+            cache: an empty appending `DynamicCache`; filled with W - 1 columns when a prompt repeats.
+        Returns:
+            the columns run, summed over rows (0: no prompt repeats, nothing run).
+        """
+        import torch
+
+        from .kv_cache import SPARE_COLUMNS, AppendLayer, appending_cache
+
+        batch, width = input_ids.shape
+        if width < 2:
+            return 0
+        # The mask joins the ids: equal ids with different padding are different prompts.
+        _, inverse = torch.unique(torch.cat([input_ids, attention], dim=1), dim=0, return_inverse=True)
+        distinct = int(inverse.max()) + 1
+        if distinct == batch:
+            return 0
+        rows = torch.arange(batch, device=input_ids.device)
+        first = torch.full((distinct,), batch, device=input_ids.device).scatter_reduce(0, inverse, rows, "amin")
+        mask = attention[first, :width - 1]
+        shared = appending_cache(self.model.config)
+        getattr(self.model, "base_model", self.model)(
+            input_ids=input_ids[first, :width - 1], attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0), past_key_values=shared, use_cache=True)
+        for index, layer in enumerate(shared.layers):
+            if isinstance(cache.layers[index], AppendLayer):  # room for the last column and the replies
+                cache.layers[index].next_spare = 1 + SPARE_COLUMNS
+            cache.update(layer.keys[inverse], layer.values[inverse], index)
+        return distinct * (width - 1)
 
     def _prefill_head(self, input_ids: Any, attention: Any, cache: Any) -> int:
         """Run the leading uncached columns for only the rows that have tokens in them.
