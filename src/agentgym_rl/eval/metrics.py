@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from math import comb
+from math import comb, sqrt
 
 from ..rollout.trajectory import Trajectory
 
@@ -19,7 +18,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def paired_difference(before: dict[str, bool], after: dict[str, bool]) -> tuple[float, float, int, int]:
+def paired_difference(before: dict[str, float], after: dict[str, float]) -> tuple[float, float, int, int]:
     """Mean change in success over the same items, its standard error, and how many items
     were gained and lost (the two evaluations share items, so the paired error applies)."""
     items = sorted(before)
@@ -27,7 +26,7 @@ def paired_difference(before: dict[str, bool], after: dict[str, bool]) -> tuple[
     n = len(diffs)
     mean = sum(diffs) / n
     variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    return mean, sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
 
 
 def change_sentence(before: dict[str, float], after: dict[str, float]) -> str:
