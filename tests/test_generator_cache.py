@@ -63,6 +63,13 @@ def _play(generator, tokenizer, turns: int = 4):
     return history
 
 
+def _rescored(model, prompt: list[int], ids: list[int]) -> list[float]:
+    """The log-probabilities of `ids` after `prompt` under one full forward pass, no cache."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1]
+    return logits.float().log_softmax(-1).gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
 def _assert_same(cached, full):
     assert [sorted(turn) for turn in cached] == [sorted(turn) for turn in full]
     for turn_cached, turn_full in zip(cached, full):
@@ -122,10 +129,7 @@ def test_sampling_logprobs_match_a_full_prefill_of_the_same_ids(tiny_tokenizer):
     for turn in range(3):
         generations = cached_gen.generate(prompts, MAX_NEW)
         for prompt, gen in zip(prompts, generations):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + gen.ids])).logits[0, len(prompt) - 1:-1]
-            expected = logits.float().log_softmax(-1).gather(-1, torch.tensor(gen.ids)[:, None])[:, 0]
-            assert gen.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+            assert gen.logprobs == pytest.approx(_rescored(model, prompt, gen.ids), abs=1e-4)
         prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"obs {turn} {k}")
                    for k, (p, g) in enumerate(zip(prompts, generations))]
     assert cached_gen.reused_columns > 0
@@ -414,10 +418,7 @@ def test_sampled_rows_of_one_prompt_differ_and_continue_their_own_caches(tiny_to
         if turn == 0:
             assert len({tuple(g.ids) for g in generations}) > 1
         for prompt, generation in zip(prompts, generations):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + generation.ids])).logits[0, len(prompt) - 1:-1]
-            expected = logits.float().log_softmax(-1).gather(-1, torch.tensor(generation.ids)[:, None])[:, 0]
-            assert generation.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+            assert generation.logprobs == pytest.approx(_rescored(model, prompt, generation.ids), abs=1e-4)
         prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"obs {turn}")
                    for p, g in zip(prompts, generations)]
     assert generator.reused_columns > 0

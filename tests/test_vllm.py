@@ -148,7 +148,7 @@ def test_smollm2_through_vllm_replies_as_through_hf(smollm2):
     assert tokenizer.decode(served[0].ids).strip()
 
 
-def test_an_eval_of_smollm2_by_name_through_vllm_equals_the_hf_eval(smollm2):
+def test_an_eval_of_smollm2_by_name_through_vllm_equals_the_hf_eval():
     from agentgym_rl.config import RolloutConfig
     from agentgym_rl.eval.evaluate import evaluate
 

@@ -474,8 +474,9 @@ class RLTrainer(Trainer):
         first, last = validations[0]["item_success"], validations[-1]["item_success"]
         first_step = validations[0]["step"]
         earliest = min((self.run_dir / "validation").glob("step_*.jsonl"), default=None)
-        if earliest is not None and int(earliest.stem.split("_")[1]) < first_step:
-            first_step, per_item = int(earliest.stem.split("_")[1]), {}
+        earliest_step = int(earliest.stem.split("_")[1]) if earliest is not None else first_step
+        if earliest_step < first_step:
+            first_step, per_item = earliest_step, {}
             for t in load_trajectories(earliest):
                 per_item.setdefault(t.item_id, []).append(float(t.success))
             first = {item: sum(s) / len(s) for item, s in per_item.items()}
