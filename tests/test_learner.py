@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate, micro_batches, turn_state_ids
-from agentgym_rl.train.learner import Learner, OptimConfig, is_right_padded, token_logprobs, token_outputs
+from agentgym_rl.train.learner import (Learner, OptimConfig, is_right_padded, token_logprobs,
+                                      token_outputs)
 from agentgym_rl.train.finetune import nll_loss
 
 SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
@@ -97,11 +99,10 @@ def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_token
     assert [rows for rows, _ in micro_batches(batch, 2)] == [[3, 1], [2, 0]]
     assert [micro.input_ids.shape[1] for _, micro in micro_batches(batch, 2)] == [3, 5]
     model = build_model(tiny_tokenizer, SMALL).eval()
-    real = batch.attention_mask
-    scored = Learner(model, OptimConfig(micro_batch_size=2)).logprobs(batch) * real
+    scored = Learner(model, OptimConfig(micro_batch_size=2)).logprobs(batch)
     with torch.no_grad():
-        whole = token_logprobs(model, batch) * real
-    assert torch.allclose(scored, whole, atol=1e-5)
+        whole = token_logprobs(model, batch) * batch.loss_mask  # the learner scores the loss mask only
+    assert torch.equal(scored == 0, batch.loss_mask == 0) and torch.allclose(scored, whole, atol=1e-5)
 
 
 def test_learner_scores_the_tempered_policy_that_sampled_the_rollout(tiny_tokenizer):
@@ -150,6 +151,40 @@ def test_logits_made_in_chunks_score_and_train_as_logits_made_whole(tiny_tokeniz
     assert whole["right_logprobs"][0, 3] != 0 and whole["entropy"][1, 2] > 0
     for a, b in zip(whole_grads, chunked_grads):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_positions", [None, 3, 1000])
+def test_scoring_only_the_wanted_positions_gives_their_outputs_and_gradients(tiny_tokenizer, chunk_positions):
+    """With `positions` the output head runs on those tokens only: there the logprobs,
+    entropies and right-token logprobs (and every gradient of a loss reading them) are those
+    of scoring all positions; elsewhere they are 0. Values stay at every position. Chunks of
+    3 positions spread the 5 wanted ones over two."""
+    trajectories = [Trajectory("e", "e_0", "c", input_ids=[5, 6, 7, 8, 9], loss_mask=[0, 0, 1, 1, 1],
+                               wrong_tokens=[3], right_tokens=[[20, 21]]),
+                    Trajectory("e", "e_1", "c", input_ids=[5, 6, 7, 8], loss_mask=[0, 1, 0, 1]),
+                    Trajectory("e", "e_2", "c", input_ids=[10, 11], loss_mask=[0, 0])]
+    batch = collate(trajectories, tiny_tokenizer.pad_token_id, right_tokens=True)
+    wanted = batch.loss_mask > 0
+    assert int(wanted.sum()) == 5
+    model = build_model(tiny_tokenizer, SMALL)
+    chunk = chunk_positions and chunk_positions * model.get_output_embeddings().weight.shape[0]
+    head = torch.nn.Linear(SMALL.hidden_size, 1)
+    results = []
+    for positions in (None, wanted):
+        model.zero_grad()
+        out = token_outputs(model, batch, head, entropy=True, temperature=0.7, chunk=chunk, positions=positions)
+        loss = sum((value * wanted).sum() for key, value in out.items() if key != "values") + out["values"].sum()
+        loss.backward()
+        results.append(({k: v.detach() for k, v in out.items()}, [p.grad.clone() for p in model.parameters()]))
+    (every, every_grads), (some, some_grads) = results
+    for key in ("logprobs", "entropy", "right_logprobs"):
+        assert torch.allclose(every[key] * wanted, some[key], atol=1e-6), key
+        assert some[key][~wanted].eq(0).all(), key
+    others = ~wanted & (batch.attention_mask > 0)
+    assert every["logprobs"][:, 1:][others[:, 1:]].ne(0).all()  # scoring all positions did score them
+    assert torch.allclose(every["values"], some["values"], atol=1e-6)
+    for a, b in zip(every_grads, some_grads):
+        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_micro_batches_cap_token_cells_and_keep_groups_whole_and_in_order(tiny_tokenizer):

@@ -28,6 +28,7 @@ import torch
 from agentgym_rl.agent.tiny import build_model
 from agentgym_rl.config import RLConfig, TinyModelConfig, load_config
 from agentgym_rl.rollout.trajectory import Trajectory
+from agentgym_rl.train.batch import collate
 from agentgym_rl.train.learner import Learner
 from agentgym_rl.train.rl import RLTrainer
 
@@ -211,3 +212,51 @@ def test_max_kl_guard_leaves_the_weights_bit_identical(tmp_path, tiny_tokenizer,
         assert not trainer.learner.optimizer.state
     else:
         assert any(not torch.equal(a, b) for a, b in zip(before, after))
+
+
+def _grpo_trainer(tmp_path, tokenizer, *overrides: str) -> RLTrainer:
+    """A GRPO RLTrainer (no critic, no KL) around the seed-0 policy, set up by hand."""
+    config = load_config(RLConfig, None, ["env.id=counter", f"run.output_dir={tmp_path}", "run.name=update",
+                                          "algo.name=grpo", "algo.kl_coef=0", "optim.grad_clip=0", *overrides])
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer.tokenizer = tokenizer
+    trainer.learner = Learner(_model(tokenizer, seed=0), config.optim, temperature=config.algo.temperature)
+    return trainer
+
+
+def _grouped(logprobs: list[list[float]] | None = None) -> list[Trajectory]:
+    """`ROWS` as two groups of two, each with a reward spread; behaviour logprobs -1 (or given)."""
+    return [Trajectory("counter", f"counter_{i}", "goal1", group=i // 2, input_ids=ids, loss_mask=mask,
+                       logprobs=logprobs[i] if logprobs else [-1.0 * m for m in mask], turn_rewards=rewards)
+            for i, (ids, mask, rewards) in enumerate(ROWS)]
+
+
+def test_a_one_step_update_reads_its_old_logprobs_from_its_own_forward_pass(tmp_path, tiny_tokenizer,
+                                                                           counter_env_registered):
+    """GRPO whose update is one optimizer step (one epoch, every row in one minibatch) takes the
+    old logprobs from that step's own forward pass, detached: no scoring pass of its own runs,
+    and the gradient is the one of an update handed the learner's exact logprobs as the
+    behaviour policy's (`recompute_old_logprobs: false`). Taking the generator's logprobs (-1
+    here, far from the model's) instead would clip every token's ratio and change it. Split
+    into two minibatches, the update scores the rows first."""
+    fused = _grpo_trainer(tmp_path, tiny_tokenizer)
+    own = fused.learner.logprobs(collate(_grouped(), tiny_tokenizer.pad_token_id))
+    calls = []
+    scoring = fused.learner.outputs
+    fused.learner.outputs = lambda *args, **kwargs: calls.append(1) or scoring(*args, **kwargs)
+    given = _grpo_trainer(tmp_path, tiny_tokenizer, "algo.recompute_old_logprobs=false")
+
+    metrics = fused.update(_grouped(), step=0)
+    reference = given.update(_grouped([row[:len(ids)].tolist() for row, (ids, _, _) in zip(own, ROWS)]), step=0)
+
+    assert calls == [] and metrics["update/optimizer_steps"] == 1 and metrics["update/trajectories"] == 4
+    assert metrics["update/ratio_mean"] == 1.0 and metrics["update/clip_fraction"] == 0.0
+    assert metrics["rollout/logprob_gap_mean"] > 1.0  # the generator's -1 against the model's ~-6
+    assert _relative_error(_trainer_grads(fused), _trainer_grads(given)) < REL_TOL
+    assert metrics["update/loss"] == pytest.approx(reference["update/loss"], rel=1e-5)
+
+    split = _grpo_trainer(tmp_path, tiny_tokenizer, "algo.minibatch_size=2")
+    calls_split = []
+    scoring_split = split.learner.outputs
+    split.learner.outputs = lambda *args, **kwargs: calls_split.append(1) or scoring_split(*args, **kwargs)
+    assert split.update(_grouped(), step=0)["update/optimizer_steps"] == 2 and calls_split == [1]

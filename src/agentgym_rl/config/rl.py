@@ -46,7 +46,9 @@ class AlgoRunConfig:
     DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
-    generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM)."""
+    generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM). An update of
+    one optimizer step (one epoch, every kept row in one minibatch) reads them from that step's
+    own forward pass instead of a pass of their own: the same weights, so the same values."""
     dynamic_sampling: NonNegative = 0
     """Refill rounds of DAPO's dynamic sampling (0: off). A group whose rewards all tie has no
     advantage; after the step's groups are played, as many new tasks as there are such groups

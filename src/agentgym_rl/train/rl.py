@@ -176,7 +176,7 @@ class RLTrainer(Trainer):
             self.log(f"warning: {config.env.id} names no states (info['state_key']), so {config.algo.name}'s "
                      "step-level advantage is 0 and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
-        self._gap, self._gap_in_loss = LogprobGap(), False
+        self._gap, self._gap_in_loss, self._old_in_loss = LogprobGap(), False, False
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         # The tasks a step draws from: one pool, or one per environment of a mix, each giving its
         # share (by weight) of `tasks_per_step`.
@@ -624,8 +624,17 @@ class RLTrainer(Trainer):
         if len(keep) == 0:
             return metrics
         batch = batch.rows(keep)
+        # In an update of one optimizer step the weights that score the old logprobs are the
+        # ones the step's own forward pass runs with: their logprobs there, detached, are the
+        # old ones (PPO's ratio is 1, as TRL takes it at one iteration), and no pass of their own runs.
+        self._old_in_loss = (algo.recompute_old_logprobs and not score_first and spec.epochs == 1
+                             and len(keep) <= algo.minibatch_size)
+        if self._old_in_loss:
+            self._gap_in_loss = True
+            if spec.tis_cap is not None:
+                batch.generator_logprobs = batch.old_logprobs
         if not score_first:
-            metrics["time/score_s"] = self._score(batch, beta)
+            metrics["time/score_s"] = self._score(batch, beta, old=not self._old_in_loss)
         rng = torch.Generator().manual_seed(self.config.run.seed * 100_003 + step)
         weight_by = "tokens" if spec.aggregation == "token-mean" else "sequences"
         skip = ("approx_kl", algo.max_kl) if algo.max_kl > 0 else None
@@ -649,12 +658,12 @@ class RLTrainer(Trainer):
             self.kl_control.update(summed["kl"] / updates, n_steps=len(rows))
         return metrics
 
-    def _score(self, batch: TokenBatch, beta: float) -> float:
-        """Add the rows' old logprobs (recomputed by the learner), old values (with a critic)
-        and reference logprobs (with a KL term) to `batch`, in place; returns the seconds taken
-        (part of the step's `time/update_s`)."""
+    def _score(self, batch: TokenBatch, beta: float, old: bool = True) -> float:
+        """Add the rows' old logprobs (recomputed by the learner, unless `old` is False), old
+        values (with a critic) and reference logprobs (with a KL term) to `batch`, in place;
+        returns the seconds taken (part of the step's `time/update_s`)."""
         began = time.time()
-        if self.config.algo.recompute_old_logprobs or self.algorithm.needs_critic:
+        if (old and self.config.algo.recompute_old_logprobs) or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if self.config.algo.recompute_old_logprobs:
                 self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
@@ -676,8 +685,9 @@ class RLTrainer(Trainer):
         """The recipe's objective (`algos.rl_objective`) on one micro-batch, with β as it is now."""
         if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
             self._gap.add(batch.old_logprobs, outputs["logprobs"].detach(), batch.loss_mask)
+        old = outputs["logprobs"].detach() * batch.loss_mask if self._old_in_loss else batch.old_logprobs
         inputs = {"logprobs": outputs["logprobs"], "values": outputs.get("values"), "entropy": outputs.get("entropy"),
-                  "right_logprobs": outputs.get("right_logprobs"), "old_logprobs": batch.old_logprobs,
+                  "right_logprobs": outputs.get("right_logprobs"), "old_logprobs": old,
                   "generator_logprobs": batch.generator_logprobs, "advantages": batch.advantages,
                   "mask": batch.loss_mask, "old_values": batch.old_values, "returns": batch.returns,
                   "ref_logprobs": batch.ref_logprobs,
