@@ -32,6 +32,8 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     grouped = key.shape[1] != query.shape[1]
+    if kwargs.get("prefix_tree") is not None:
+        return tree_attention(query, key, value, kwargs["prefix_tree"], scaling, dropout), None
     if (query.device.type != "cpu" or attention_mask is None or not grouped
             or kwargs.get("position_bias") is not None):  # transformers' own handling is as fast there
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -39,6 +41,46 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                               dropout_p=dropout, scale=scaling, enable_gqa=True)
     return output.transpose(1, 2).contiguous(), None
+
+
+def tree_attention(query: Any, key: Any, value: Any, trees: Any, scaling: float | None = None,
+                   dropout: float = 0.0) -> Any:
+    """Attention over tree rows (`train.prefix_sharing`): in each row a shared prefix attends
+    causally to itself, and every suffix to the whole prefix and causally to itself, never to
+    another suffix, as if each suffix followed the prefix in a row of its own.
+
+    Args:
+        query: (U, H, W, D); key, value: (U, K, W, D) with H a multiple of K.
+        trees: U `TreeRow`s (their `prefix` and `suffixes` spans; positions past the last span
+            are padding and get zeros).
+    Returns:
+        (U, W, H, D) attention output.
+    """
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    grouped = key.shape[1] != query.shape[1]
+    width = query.shape[2]
+    rows = []
+    for u, tree in enumerate(trees):
+        q, k, v = query[u:u + 1], key[u:u + 1], value[u:u + 1]
+        p = tree.prefix
+        pieces = []
+        if p:
+            pieces.append(sdpa(q[:, :, :p], k[:, :, :p], v[:, :, :p], is_causal=True, dropout_p=dropout,
+                               scale=scaling, enable_gqa=grouped))
+        for start, end in tree.suffixes:
+            keys = torch.cat([k[:, :, :p], k[:, :, start:end]], 2) if p else k[:, :, start:end]
+            values = torch.cat([v[:, :, :p], v[:, :, start:end]], 2) if p else v[:, :, start:end]
+            # Query i of the suffix sees the prefix and suffix keys up to its own: j <= p + i.
+            mask = torch.ones(end - start, p + end - start, dtype=torch.bool, device=q.device).tril(p) if p else None
+            pieces.append(sdpa(q[:, :, start:end], keys, values, attn_mask=mask, is_causal=not p,
+                               dropout_p=dropout, scale=scaling, enable_gqa=grouped))
+        used = tree.suffixes[-1][1] if tree.suffixes else p
+        if used < width:
+            pieces.append(q.new_zeros((1, q.shape[1], width - used, value.shape[-1])))
+        rows.append(torch.cat(pieces, 2))
+    return torch.cat(rows, 0).transpose(1, 2).contiguous()
 
 
 def register_grouped_attention() -> None:

@@ -290,6 +290,11 @@ class OptimConfig:
     gradient_checkpointing: bool = False
     """Keep only each layer's input during the forward pass and recompute the rest in the
     backward (~1.3x the update's compute for a fraction of its activation memory)."""
+    share_prefixes: bool = True
+    """Run a prompt that several rows open with (a GRPO group's samples) once per micro-batch
+    instead of once per row (`train/prefix_sharing.py`): the same logprobs and gradients for
+    fewer tokens. Needs a model attending with "sdpa" (the default) and no FSDP sharding;
+    otherwise rows are padded as with false."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """"constant", or "cosine": decay to 0 over the steps of one fine-tuning call (each RFT
     round decays anew). The RL trainer keeps the rate constant."""

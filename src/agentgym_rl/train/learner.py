@@ -16,6 +16,8 @@ from ..config import OptimConfig
 from ..errors import UserError
 from .batch import TokenBatch, micro_batches
 from .packing import block_causal_mask
+from ..agent.attention import NAME, use_grouped_attention
+from .prefix_sharing import TreeRow, tree_inputs, tree_micro_batches
 
 # loss_fn(batch, outputs) -> (scalar loss, metrics); outputs holds "logprobs" (B, T) and,
 # with a value head, "values" (B, T).
@@ -43,7 +45,7 @@ vocabulary fits most micro-batches in one chunk."""
 
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
                   entropy: bool = False, temperature: float = 1.0, chunk: int | None = LOGIT_CHUNK,
-                  positions: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+                  positions: torch.Tensor | None = None, trees: list[TreeRow] | None = None) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
 
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
@@ -64,6 +66,10 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     logprobs) are wanted, e.g. the loss mask: the output head then runs on those positions
     only, and the others read 0. In multi-turn episodes most tokens are observations, and the
     head (49,152 × 576 for SmolLM2) costs a quarter of the trunk per position it runs on.
+
+    `trees` (`prefix_sharing.tree_micro_batches`) runs the trunk over tree rows, each shared
+    prefix once, and gathers the hidden states back into the batch's layout; the model must
+    attend with `agent.attention.NAME`, which reads the layout.
 
     Returns:
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
@@ -93,6 +99,8 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     targets = batch.input_ids[:, 1:]
     right = batch.right_ids[:, 1:] if batch.right_ids is not None else None
     wanted = positions[:, 1:].bool() if positions is not None else None
+    if trees is not None and chunk is None:
+        raise ValueError("tree rows are scored with logits in chunks (chunk=None runs the model's own forward)")
     if chunk is None:
         result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
                        use_cache=False)
@@ -101,7 +109,10 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
             scores = tuple(torch.where(wanted, score, 0.0) for score in scores)
         hidden = result.hidden_states[-1][:, :-1] if value_head is not None else None
     else:
-        hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
+        if trees is not None:
+            hidden = tree_hidden_state(model, batch, trees)[:, :-1]
+        else:
+            hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
         head = model.get_output_embeddings()
         if wanted is None:
             width = max(1, chunk // (max(1, hidden.shape[0]) * head.weight.shape[0]))  # positions per chunk
@@ -139,6 +150,17 @@ def last_hidden_state(model: Any, input_ids: torch.Tensor, inputs: dict[str, Any
     finally:
         handle.remove()
     return caught[-1]
+
+
+def tree_hidden_state(model: Any, batch: TokenBatch, trees: list[TreeRow]) -> torch.Tensor:
+    """(B, T, H) the decoder's output for a right-padded batch, computed over its tree rows
+    (`prefix_sharing`): each shared prefix runs once. Padding positions hold some real token's
+    state (nothing reads them)."""
+    lengths = batch.attention_mask.sum(1).tolist()
+    ids, positions, gather = tree_inputs(batch.input_ids.cpu(), lengths, trees, pad_id=0)
+    device = batch.input_ids.device
+    hidden = last_hidden_state(model, ids.to(device), {"position_ids": positions.to(device), "prefix_tree": trees})
+    return hidden.reshape(-1, hidden.shape[-1])[gather.to(device)]
 
 
 def _scores(logits: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None, temperature: float,
@@ -207,6 +229,12 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
+def _attends_by_tree(model: Any) -> bool:
+    """Whether `model` attends with the implementation that reads a tree layout."""
+    base = getattr(model, "get_base_model", lambda: model)()
+    return getattr(base.config, "_attn_implementation", None) == NAME
+
+
 def _read_by_loss(batch: TokenBatch) -> torch.Tensor:
     """(B, T) bool: the tokens a loss reads the logprobs of (its mask and any right-token
     positions); the learner scores only these."""
@@ -246,6 +274,8 @@ class Learner:
             self.value_head = torch.nn.Linear(model.config.hidden_size, 1, device=self.device)
             torch.nn.init.zeros_(self.value_head.weight)
             torch.nn.init.zeros_(self.value_head.bias)
+        # Shared prefixes need the attention that reads a tree layout (a model on "sdpa" gets it).
+        use_grouped_attention(model)
         if config.gradient_checkpointing:
             # Keep only each layer's input in the forward pass and recompute the rest in the
             # backward; off in generation, which runs the model in eval mode.
@@ -354,11 +384,12 @@ class Learner:
                     token_outputs(scorer, self._idle_batch(), head, temperature=self.temperature,
                                   chunk=self._chunk(scorer))
                     continue
-                rows, micro = item
+                rows, micro, trees = item
                 width = micro.input_ids.shape[1]
                 micro = micro.to(self.device)  # batches are built on the CPU
                 scored_micro = token_outputs(scorer, micro, head, temperature=self.temperature,
-                                             chunk=self._chunk(scorer), positions=_read_by_loss(micro))
+                                             chunk=self._chunk(scorer), positions=_read_by_loss(micro),
+                                             trees=trees if _attends_by_tree(scorer) else None)
                 for key, value in scored_micro.items():
                     out[key][rows, :width] = value.cpu()
         scorer.train(was_training)
@@ -402,6 +433,7 @@ class Learner:
                 for unit in self._units():
                     unit.set_requires_gradient_sync(index == len(micros) - 1, recurse=False)
             micro = item[1].to(self.device) if item is not None else None
+            trees = item[2] if item is not None else None
             share = 0.0 if micro is None else float(micro.loss_mask.sum() if weight_by == "tokens" else micro.size)
             share /= total
             if share == 0.0:
@@ -412,7 +444,7 @@ class Learner:
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
                                                          self.temperature, self._chunk(self.model),
-                                                         positions=_read_by_loss(micro)))
+                                                         positions=_read_by_loss(micro), trees=trees))
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)
@@ -434,10 +466,19 @@ class Learner:
         of a sharded model (its output head is gathered only there)."""
         return None if self.sharded and scorer is self.model else LOGIT_CHUNK
 
-    def _micro_batches(self, batch: TokenBatch, group: int = 1) -> list[tuple[list[int], TokenBatch] | None]:
-        """The batch's micro-batches; sharded, padded with None up to the most any rank has."""
-        micros: list[tuple[list[int], TokenBatch] | None] = list(
-            micro_batches(batch, self.config.micro_batch_size, self.config.micro_batch_tokens, group))
+    def _micro_batches(self, batch: TokenBatch,
+                       group: int = 1) -> list[tuple[list[int], TokenBatch, list[TreeRow] | None] | None]:
+        """The batch's micro-batches as (rows, micro-batch, tree rows or None): with shared
+        prefixes where the learner can (`optim.share_prefixes`, a model attending with
+        `agent.attention.NAME`, unsharded, single rows); sharded, padded with None up to the
+        most any rank has."""
+        micros: list[tuple[list[int], TokenBatch, list[TreeRow] | None] | None]
+        if (self.config.share_prefixes and group == 1 and not self.sharded and batch.segment_ids is None
+                and _attends_by_tree(self.model)):
+            micros = list(tree_micro_batches(batch, self.config.micro_batch_size, self.config.micro_batch_tokens))
+        else:
+            micros = [(rows, micro, None) for rows, micro in
+                      micro_batches(batch, self.config.micro_batch_size, self.config.micro_batch_tokens, group)]
         if self.sharded:
             from .sharding import max_across_ranks
 
