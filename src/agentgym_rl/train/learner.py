@@ -12,11 +12,11 @@ from typing import Any, Callable
 import torch
 
 from ..algos import token_entropy
+from ..agent.attention import NAME, use_grouped_attention
 from ..config import OptimConfig
 from ..errors import UserError
 from .batch import TokenBatch, micro_batches
 from .packing import block_causal_mask
-from ..agent.attention import NAME, use_grouped_attention
 from .prefix_sharing import TreeRow, tree_inputs, tree_micro_batches
 
 # loss_fn(batch, outputs) -> (scalar loss, metrics); outputs holds "logprobs" (B, T) and,

@@ -1,8 +1,8 @@
 """Shared prompts run once in the update: rows that open with the same tokens as one tree row.
 
-The samples of a GRPO group open with the same prompt (the system message and the task's first
-observation: ~490 of a 4-turn BabyAI episode's ~850 SmolLM2 tokens), and a padded batch runs the
-model over it once per sample. A *family* of rows that share a prefix of P tokens is laid out as
+The samples of a GRPO group open with the same prompt (the system message, the task's first
+observation and any reply prefix: 159-233 of the 416-844 tokens of SmolLM2's 4-turn BabyAI
+episodes in docs/BENCHMARKS.md), and a padded batch runs the model over it once per sample. A *family* of rows that share a prefix of P tokens is laid out as
 one tree row instead, the prefix once and then each member's remaining tokens:
 
     rows      [p p p a a]  [p p p b]  [p p p c c c]          (B, T) as collated
@@ -12,7 +12,7 @@ one tree row instead, the prefix once and then each member's remaining tokens:
 A suffix token attends to the prefix and to the earlier tokens of its own suffix
 (`agent.attention.grouped_sdpa` does this when handed the layout), so every token's hidden state
 is the one its row computes alone; the tree's hidden states are gathered back into the (B, T)
-layout (`tree_gather_index`) and everything after the trunk is unchanged. The prefix's gradient
+layout (`tree_inputs`' gather index) and everything after the trunk is unchanged. The prefix's gradient
 is the sum over the family's members, as autograd's gather gives it.
 
 The prefix stops before the first token any member trains on, so no trained token is shared.
@@ -27,7 +27,8 @@ import torch
 from .batch import TokenBatch
 
 MIN_SHARED = 32
-"""Fewest shared tokens worth a family: below it the extra attention calls cost more than they save."""
+"""Fewest shared tokens a family needs: a floor (not tuned) against families that save less than
+their extra attention calls cost."""
 
 
 @dataclass(frozen=True)
