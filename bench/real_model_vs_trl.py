@@ -11,9 +11,11 @@ its own), arms interleaved in every repetition.
 Arms, on the same tasks (TRL plays the items our run sampled), samples, turns and prompts (the
 recipe's system prompt, listed actions and "Action:" reply prefix, 16-token replies):
 - ours: `agentgym-rl train configs/smollm2_babyai_grpo.yaml` for one step, the recipe's defaults
-  (gradient checkpointing, micro-batches by token budget, logits in chunks, recomputed old
-  logprobs, the mmap threshold), updating on every episode (`algo.skip_zero_advantage=false`:
-  the instruct model's groups often tie, and a skipped update would look free).
+  (gradient checkpointing, micro-batches by token budget, logits in chunks at the trained
+  positions only, a group's shared prompt run once, the old logprobs taken from the one
+  optimizer step's own pass, the mmap threshold), updating on every episode
+  (`algo.skip_zero_advantage=false`: the instruct model's groups often tie, and a skipped update
+  would look free).
 - TRL 1.16: a real `GRPOTrainer` with its defaults (gradient checkpointing, 8 rows a micro-batch,
   loss "dapo", no old logprobs at one iteration) except float32 instead of bfloat16 (as ours:
   this CPU has no bfloat16 arithmetic) and the completion length: its generation
