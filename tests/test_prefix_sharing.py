@@ -100,8 +100,9 @@ def test_tree_rows_score_and_train_as_the_padded_batch(tiny_tokenizer):
     real = micro.attention_mask.bool()
     for key in ("logprobs", "entropy", "values"):
         assert torch.allclose(padded[key][real], tree[key][real], atol=1e-5), key
-    for a, b in zip(padded_grads, tree_grads):
-        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    flat_padded, flat_tree = torch.cat([g.flatten() for g in padded_grads]), torch.cat([g.flatten() for g in tree_grads])
+    # Relative to the whole gradient: float rounding differs with the thread count and layout.
+    assert (flat_padded - flat_tree).norm() / flat_padded.norm() < 1e-5
 
 
 def test_the_learner_shares_prefixes_in_its_update_and_steps_as_without(tiny_tokenizer):
@@ -120,7 +121,7 @@ def test_the_learner_shares_prefixes_in_its_update_and_steps_as_without(tiny_tok
     shared.update(batch, nll_loss)
     padded.update(batch, nll_loss)
     assert calls and all(calls)
-    for a, b in zip(model.parameters(), twin.parameters()):
-        assert torch.allclose(a.grad, b.grad, atol=1e-6, rtol=1e-4)
+    flat = [torch.cat([p.grad.flatten() for p in m.parameters()]) for m in (model, twin)]
+    assert (flat[0] - flat[1]).norm() / flat[1].norm() < 1e-5
     with torch.no_grad():
         assert torch.allclose(shared.logprobs(batch), padded.logprobs(batch), atol=1e-5)
