@@ -7,6 +7,7 @@ docs/BENCHMARKS.md with the date and machine. Each arm runs in its own process (
 its own), arms interleaved in every repetition.
 
     python bench/real_model_vs_trl.py [--reps 3] [--tasks 4] [--samples 4] [--turns 4] [--rollout-threads 1]
+                                      [--ours KEY=VALUE ...]
 
 Arms, on the same tasks (TRL plays the items our run sampled), samples, turns and prompts (the
 recipe's system prompt, listed actions and "Action:" reply prefix, 16-token replies):
@@ -64,6 +65,7 @@ def ours(args, out: Path) -> dict:
                f"run.output_dir={out}", "run.name=ours", "--overwrite"]
     if args.rollout_threads:
         command.append(f"rollout.threads={args.rollout_threads}")
+    command += args.ours
     _, peak = measured(command, out / "ours.log")
     step = next(json.loads(line) for line in (out / "ours" / "metrics.jsonl").read_text().splitlines()
                 if "time/rollout_s" in line)
@@ -191,6 +193,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--rollout-threads", type=int, default=0,
                         help="threads both sides generate on (0: each side's default)")
+    parser.add_argument("--ours", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for our arm only (repeatable), e.g. run.malloc_mmap_threshold_kb=16384")
     parser.add_argument("--child", choices=["trl", "floor"], help=argparse.SUPPRESS)
     parser.add_argument("--trajectories", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -226,7 +230,7 @@ def main() -> None:
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; SmolLM2-135M-Instruct "
           f"float32, BabyAI, {args.tasks} tasks × {args.samples} samples, {args.turns} turns, generating on "
           f"{args.rollout_threads or 'the default number of'} thread(s); median (min–max) of "
-          f"{args.reps} interleaved repetitions")
+          f"{args.reps} interleaved repetitions" + (f"; ours with {' '.join(args.ours)}" if args.ours else ""))
     print("| arm | episodes / hour (rollout + update) | vs TRL (within rep) | rollout | update | peak RSS | "
           "rollout / forward-only floor |")
     print("|---|---|---|---|---|---|---|")
