@@ -18,6 +18,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
+def item_success(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Each item's success rate over its samples (the per-item input of `paired_difference`)."""
+    per_item: dict[str, list[bool]] = {}
+    for t in trajectories:
+        per_item.setdefault(t.item_id, []).append(t.success)
+    return {item: sum(s) / len(s) for item, s in per_item.items()}
+
+
 def paired_difference(before: dict[str, float], after: dict[str, float]) -> tuple[float, float, int, int]:
     """Mean change in success over the same items, its standard error, and how many items
     were gained and lost (the two evaluations share items, so the paired error applies)."""

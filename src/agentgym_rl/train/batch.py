@@ -73,6 +73,11 @@ class TokenBatch:
     def size(self) -> int:
         return self.input_ids.shape[0]
 
+    def trained_positions(self) -> torch.Tensor:
+        """(B, T) bool: the tokens a loss reads the logprobs of (the loss mask and any right-token
+        positions)."""
+        return (self.loss_mask > 0) | self.right_token_positions()
+
     def right_token_positions(self) -> torch.Tensor:
         """(B, T) bool: the positions that list right tokens (none without `right_ids`)."""
         if self.right_ids is None:
@@ -122,17 +127,31 @@ def micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,
         raise ValueError(f"a batch of {len(lengths)} rows is not made of groups of {group}")
     groups = [list(range(start, start + group)) for start in range(0, len(lengths), group)]
     widths = [max(lengths[row] for row in rows) for rows in groups]
-    order = sorted(range(len(groups)), key=lambda g: widths[g])
-    most = max(1, size // group)
-    rows: list[int] = []
-    for g in order:
-        # Groups come narrowest first, so the group being added is the widest of its micro-batch.
-        if rows and (len(rows) // group == most or (max_tokens and (len(rows) + group) * widths[g] > max_tokens)):
-            yield rows, batch.select(rows)
-            rows = []
-        rows += groups[g]
-    if rows:
+    for taken in pack_by_width(widths, [group] * len(groups), max(1, size // group) * group, max_tokens):
+        rows = [row for g in taken for row in groups[g]]
         yield rows, batch.select(rows)
+
+
+def pack_by_width(widths: list[int], rows: list[int], size: int, max_tokens: int = 0,
+                  cell_rows: list[int] | None = None) -> list[list[int]]:
+    """Units (groups of rows, tree rows) into micro-batches, narrowest first, as lists of unit
+    indices: a micro-batch holds at most `size` rows (unit u brings `rows[u]`) and, with
+    `max_tokens`, at most that many token cells (its tensor rows, `cell_rows[u]` a unit, default
+    `rows`, times its widest unit), never less than one unit. Ties keep the units' order."""
+    cell_rows = rows if cell_rows is None else cell_rows
+    out: list[list[int]] = []
+    taken: list[int] = []
+    for unit in sorted(range(len(widths)), key=lambda u: widths[u]):
+        # Units come narrowest first, so the one being added is the widest of its micro-batch.
+        over_rows = sum(rows[u] for u in taken) + rows[unit] > size
+        over_cells = max_tokens and (sum(cell_rows[u] for u in taken) + cell_rows[unit]) * widths[unit] > max_tokens
+        if taken and (over_rows or over_cells):
+            out.append(taken)
+            taken = []
+        taken.append(unit)
+    if taken:
+        out.append(taken)
+    return out
 
 
 def turn_state_ids(trajectories: list[Trajectory], mask: torch.Tensor) -> torch.Tensor:

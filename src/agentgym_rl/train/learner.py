@@ -235,12 +235,6 @@ def _attends_by_tree(model: Any) -> bool:
     return getattr(base.config, "_attn_implementation", None) == NAME
 
 
-def _read_by_loss(batch: TokenBatch) -> torch.Tensor:
-    """(B, T) bool: the tokens a loss reads the logprobs of (its mask and any right-token
-    positions); the learner scores only these."""
-    return (batch.loss_mask > 0) | batch.right_token_positions()
-
-
 def is_lora(model: Any) -> bool:
     """Whether `model` is a peft model whose adapter can be switched off (one-copy reference)."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
@@ -388,7 +382,7 @@ class Learner:
                 width = micro.input_ids.shape[1]
                 micro = micro.to(self.device)  # batches are built on the CPU
                 scored_micro = token_outputs(scorer, micro, head, temperature=self.temperature,
-                                             chunk=self._chunk(scorer), positions=_read_by_loss(micro),
+                                             chunk=self._chunk(scorer), positions=micro.trained_positions(),
                                              trees=trees if _attends_by_tree(scorer) else None)
                 for key, value in scored_micro.items():
                     out[key][rows, :width] = value.cpu()
@@ -444,7 +438,7 @@ class Learner:
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
                                                          self.temperature, self._chunk(self.model),
-                                                         positions=_read_by_loss(micro), trees=trees))
+                                                         positions=micro.trained_positions(), trees=trees))
             (loss * share).backward()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)

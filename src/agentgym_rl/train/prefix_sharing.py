@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import TokenBatch
+from .batch import TokenBatch, pack_by_width
 
 MIN_SHARED = 32
 """Fewest shared tokens a family needs: a floor (not tuned) against families that save less than
@@ -150,27 +150,16 @@ def tree_micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,
     cells (tree rows × the widest), never less than one tree row; tree rows are taken narrowest
     first, so tree rows of similar width share a micro-batch."""
     lengths = batch.attention_mask.sum(1).tolist()
-    trained = (batch.loss_mask > 0) | batch.right_token_positions()
+    trained = batch.trained_positions()
     firsts = [int(row.nonzero()[0]) if row.any() else n for row, n in zip(trained, lengths)]
     tokens = [ids[:n].tolist() for ids, n in zip(batch.input_ids, lengths)]
-    trees = sorted(tree_rows(lengths, families(tokens, firsts, max_tokens, size, min_shared)),
-                   key=lambda tree: (tree.width, tree.rows))
+    trees = tree_rows(lengths, families(tokens, firsts, max_tokens, size, min_shared))
     out: list[tuple[list[int], TokenBatch, list[TreeRow]]] = []
-    taken: list[TreeRow] = []
-
-    def flush() -> None:
+    for units in pack_by_width([tree.width for tree in trees], [len(tree.rows) for tree in trees], size,
+                               max_tokens, cell_rows=[1] * len(trees)):
+        taken = [trees[u] for u in units]
         rows = [row for tree in taken for row in tree.rows]
         local = {row: i for i, row in enumerate(rows)}
         out.append((rows, batch.select(rows),
                     [TreeRow(tuple(local[r] for r in tree.rows), tree.prefix, tree.suffixes) for tree in taken]))
-
-    for tree in trees:
-        # Tree rows come narrowest first, so the one being added is the widest of its micro-batch.
-        rows = sum(len(t.rows) for t in taken) + len(tree.rows)
-        if taken and (rows > size or (max_tokens and (len(taken) + 1) * tree.width > max_tokens)):
-            flush()
-            taken = []
-        taken.append(tree)
-    if taken:
-        flush()
     return out

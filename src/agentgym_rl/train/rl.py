@@ -24,7 +24,7 @@ from ..config import RLConfig, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
-from ..eval.metrics import change_sentence, summarize
+from ..eval.metrics import change_sentence, item_success, summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
@@ -476,10 +476,7 @@ class RLTrainer(Trainer):
         earliest = min((self.run_dir / "validation").glob("step_*.jsonl"), default=None)
         earliest_step = int(earliest.stem.split("_")[1]) if earliest is not None else first_step
         if earliest_step < first_step:
-            first_step, per_item = earliest_step, {}
-            for t in load_trajectories(earliest):
-                per_item.setdefault(t.item_id, []).append(float(t.success))
-            first = {item: sum(s) / len(s) for item, s in per_item.items()}
+            first_step, first = earliest_step, item_success(load_trajectories(earliest))
         if first_step == validations[-1]["step"] or set(first) != set(last):
             return None
         before, after = (100 * sum(v.values()) / len(v) for v in (first, last))
@@ -665,7 +662,7 @@ class RLTrainer(Trainer):
         began = time.time()
         if (old and self.config.algo.recompute_old_logprobs) or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
-            if self.config.algo.recompute_old_logprobs:
+            if old and self.config.algo.recompute_old_logprobs:
                 self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
                 if self.algorithm.tis_cap is not None:
                     batch.generator_logprobs = batch.old_logprobs
@@ -714,10 +711,7 @@ class RLTrainer(Trainer):
         per_env = "".join(f", {env_id} {env['success']:.3f}" for env_id, env in stats["by_env"].items()
                           if self.mixed)
         self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items{per_env}")
-        per_item: dict[str, list[bool]] = {}
-        for t in trajectories:
-            per_item.setdefault(t.item_id, []).append(t.success)
-        return {"step": step, **stats, "item_success": {item: sum(s) / len(s) for item, s in per_item.items()}}
+        return {"step": step, **stats, "item_success": item_success(trajectories)}
 
     def save(self, step: int) -> None:
         """Write `checkpoints/step_<step>/` (rank 0; with FSDP every rank calls it)."""
