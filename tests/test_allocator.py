@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agentgym_rl.agent.allocator import _libc_function, set_mmap_threshold
+from agentgym_rl.agent.allocator import _libc_function, mmap_threshold_kb, set_mmap_threshold
 
 # In a process of its own: the threshold holds for the rest of the process that sets it.
 FREED = """
@@ -55,6 +55,13 @@ def test_with_a_threshold_freed_tensors_leave_the_process():
 
 def test_zero_leaves_the_default():
     assert set_mmap_threshold(0) is False
+
+
+def test_auto_is_16_mib_for_a_full_fine_tune_and_1_mib_otherwise():
+    assert mmap_threshold_kb("auto", full_fine_tuning=True) == 16384
+    assert mmap_threshold_kb("auto", full_fine_tuning=False) == 1024
+    assert mmap_threshold_kb(2048, full_fine_tuning=True) == mmap_threshold_kb(2048, full_fine_tuning=False) == 2048
+    assert mmap_threshold_kb(0, full_fine_tuning=True) == 0
 
 
 @GLIBC

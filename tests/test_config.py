@@ -79,6 +79,8 @@ def test_overrides_are_typed_and_nested():
     ("schedule.horizons=[1, x]", "config key 'schedule.horizons[1]': input should be a valid integer"),
     ("train.save_trajectories=maybe", "config key 'train.save_trajectories': input should be a valid boolean"),
     ("model.path=3", "config key 'model.path': input should be a valid string"),
+    ("run.malloc_mmap_threshold_kb=big", "config key 'run.malloc_mmap_threshold_kb': input should be a valid integer, "
+     "unable to parse string as an integer; or 'auto', got 'big'"),  # a union: every member's complaint, one key
     # values
     ("algo.group_size=0", "config key 'algo.group_size': input should be greater than or equal to 1, got 0"),
     ("algo.group_size=1", "bad config in algo: group_size must be >= 2 for grpo"),

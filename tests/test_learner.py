@@ -94,6 +94,18 @@ def test_micro_batches_accumulate_to_the_full_batch_step(tiny_tokenizer):
     assert any(not torch.allclose(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
+def test_the_heap_is_handed_back_after_each_micro_batch_backward(tiny_tokenizer, monkeypatch):
+    """What one micro-batch freed is not kept for the next (glibc fragments it otherwise)."""
+    model = build_model(tiny_tokenizer, SMALL)
+    learner = Learner(model, OptimConfig(lr=0.1, micro_batch_size=1, grad_clip=0))
+    gradients_at_release = []
+    monkeypatch.setattr("agentgym_rl.train.learner.release_free_memory",
+                        lambda: gradients_at_release.append(sum(p.grad is not None for p in model.parameters())))
+    learner.update(_batch(tiny_tokenizer), nll_loss)
+    assert len(gradients_at_release) == 4  # one per row
+    assert all(count > 0 for count in gradients_at_release)  # each after its backward pass
+
+
 def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_tokenizer):
     batch = _batch(tiny_tokenizer)  # row lengths 5, 3, 4, 2
     assert [rows for rows, _ in micro_batches(batch, 2)] == [[3, 1], [2, 0]]

@@ -317,7 +317,7 @@ def test_eval_of_a_run_keeps_its_memory_setting(tmp_path):
     (tmp_path / "smollm2").mkdir()
     (tmp_path / "smollm2" / "config.yaml").write_text(yaml.safe_dump(to_dict(recipe)))
     played = from_dict(PlayConfig, played_settings(tmp_path / "smollm2"))
-    assert played.run.malloc_mmap_threshold_kb == recipe.run.malloc_mmap_threshold_kb == 1024
+    assert played.run.malloc_mmap_threshold_kb == recipe.run.malloc_mmap_threshold_kb == "auto"
     assert played.run.seed == 3 and played.rollout.reply_prefix == "Action:"
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "config.yaml").write_text("run: {seed: 1}\nenv: {id: babyai}\n")

@@ -8,6 +8,10 @@ resident memory grows far beyond what is alive. One LoRA update of SmolLM2-135M-
 rows of 1,000 tokens peaked at 4.72 GB of resident memory with the default and 1.97 GB with a
 fixed threshold of 1 MiB (full fine-tuning: 3.86 and 2.62 GB), ~20% slower (docs/BENCHMARKS.md).
 
+Between the two, the heap's free pages are handed back after every micro-batch of an update
+(the learner) and every turn of generation (`release_free_memory`): what one micro-batch
+fragments does not stay for the next.
+
 Generation needs no fixed threshold: its big tensors (each turn's re-packed KV cache) are made
 once a turn, so handing the heap's free pages back after every turn (`release_free_memory`,
 which the generator calls) keeps its resident memory near what is alive at no cost per tensor.
@@ -35,6 +39,24 @@ def _libc_function(name: str, argtypes: tuple) -> ctypes._CFuncPtr | None:
         return None
     function.argtypes, function.restype = list(argtypes), ctypes.c_int
     return function
+
+
+AUTO_FULL_KB = 16 * 1024
+"""`"auto"` while fully fine-tuning: a layer's 1-16 MiB activations are reused from the heap, not
+faulted in afresh as new mappings, and the learner trims the heap after every micro-batch. One
+GRPO step of SmolLM2 on 32 BabyAI episodes of 8 turns: update 247 s and 3.24 GB against 327 s
+and 2.82 GB at 1 MiB (docs/BENCHMARKS.md)."""
+AUTO_OTHER_KB = 1024
+"""`"auto"` with a LoRA adapter and in evaluation: a LoRA update's heap fragments within a
+micro-batch (one 5,000-token micro-batch peaked at 4.86 GB with 16 MiB, 1.51 GB with 1 MiB)."""
+
+
+def mmap_threshold_kb(setting: int | str, full_fine_tuning: bool) -> int:
+    """The threshold in KiB that `run.malloc_mmap_threshold_kb` asks for: a number as it is,
+    "auto" by whether the process updates every weight of its model."""
+    if setting == "auto":
+        return AUTO_FULL_KB if full_fine_tuning else AUTO_OTHER_KB
+    return int(setting)
 
 
 def set_mmap_threshold(kilobytes: int) -> bool:

@@ -40,6 +40,22 @@ def _known_keys(cls: type, location: tuple) -> list[str]:
     return sorted(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else []
 
 
+def _union_error(cls: type, errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first of pydantic's errors; where a value fit no member of a union field (pydantic
+    reports each member's complaint under a tag such as `constrained-int`), one error at the
+    field saying them all."""
+    first = errors[0]
+    location = tuple(first["loc"])
+    if (first["type"] == "unexpected_keyword_argument" or len(location) < 2 or not isinstance(location[-1], str)
+            or location[-1] in _known_keys(cls, location[:-1])):
+        return first
+    members = [e for e in errors if tuple(e["loc"])[:-1] == location[:-1]]
+    if len(members) < 2:
+        return first
+    said = "; or ".join(dict.fromkeys(e["msg"].removeprefix("Input should be ") for e in members))
+    return {**first, "loc": location[:-1], "msg": f"Input should be {said}"}
+
+
 def _message(cls: type, error: dict[str, Any]) -> str:
     """One line for the first of pydantic's errors."""
     location = tuple(error["loc"])
@@ -61,7 +77,7 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
     try:
         return TypeAdapter(cls).validate_python(data)
     except ValidationError as error:
-        raise UserError(_message(cls, error.errors()[0])) from None
+        raise UserError(_message(cls, _union_error(cls, error.errors()))) from None
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

@@ -44,10 +44,11 @@ class RunConfig:
     """The model's parameter dtype (log-probabilities, losses and the value head stay float32).
     bfloat16 parameters are trained as they are (no float32 master copy): an AdamW update below
     bfloat16's rounding step at a weight's scale (lr 5e-6 on weights ~0.02) is lost."""
-    malloc_mmap_threshold_kb: NonNegative = 0
+    malloc_mmap_threshold_kb: NonNegative | Literal["auto"] = 0
     """CPU tensors above this many KiB are handed back to the system when freed (glibc's
     `mallopt`; `agent/allocator.py`): a real model's resident memory then stays near what is
-    alive, at some speed. 0 keeps glibc's default. The SmolLM2 recipes set 1024."""
+    alive, at some speed. 0 keeps glibc's default. "auto" (the SmolLM2 recipes): 16384 while
+    fully fine-tuning, 1024 with a LoRA adapter and in evaluation (measured in BENCHMARKS.md)."""
     parallel: Literal["ddp", "fsdp"] = "ddp"
     """How the ranks of a `torchrun` RL run hold the model: "ddp", a whole copy each (gradients
     all-reduced), or "fsdp", 1/world of the parameters, gradients and optimizer state each

@@ -13,7 +13,7 @@ from ..envs.tasks import choose_items
 from ..rollout.engine import RolloutEngine
 from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
-from ..agent.allocator import set_mmap_threshold
+from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
 from ..agent.models import NAMED_MODELS, is_model_reference, model_folder
 from .metrics import summarize
 from .policies import RandomPolicy
@@ -116,7 +116,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
 
 def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None) -> tuple[dict, list[Trajectory]]:
     """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run)."""
-    set_mmap_threshold(config.run.malloc_mmap_threshold_kb)
+    set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, full_fine_tuning=False))
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 from ..algos import token_entropy
+from ..agent.allocator import release_free_memory
 from ..agent.attention import NAME, use_grouped_attention
 from ..config import OptimConfig
 from ..errors import UserError
@@ -440,6 +441,10 @@ class Learner:
                                                          self.temperature, self._chunk(self.model),
                                                          positions=micro.trained_positions(), trees=trees))
             (loss * share).backward()
+            if self.device.type == "cpu":
+                # A micro-batch's freed activations are holes in glibc's heap; handed back now,
+                # the next micro-batch does not stack its own on them (docs/BENCHMARKS.md).
+                release_free_memory()
             for key, value in {"loss": loss.item(), **metrics}.items():
                 summed[key] = summed.get(key, 0.0) + share * float(value)
         if world > 1:

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import torch
 from ..progress import progress_bar
 
-from ..agent.allocator import set_mmap_threshold
+from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
 from ..agent.loading import load_model_and_tokenizer, model_damage, resolve_device
 from ..agent.models import NAMED_MODELS, is_model_reference
 from ..agent.lora import apply_lora, load_lora
@@ -126,7 +126,7 @@ class Session:
             learner_options: passed to `Learner` (value_head, entropy, temperature).
         """
         check_model_path(config.model.path)
-        set_mmap_threshold(config.run.malloc_mmap_threshold_kb)
+        set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, not config.model.lora_rank))
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
         start_run(run_dir, config, hint=already_running)
@@ -151,7 +151,7 @@ class Session:
                **learner_options: Any) -> Session:
         """Reopen a run at `checkpoint` (a folder of `checkpoints/`): its model (or the LoRA
         adapter over the run's `lora_base`) and, through `learner.load_state`, its optimizer."""
-        set_mmap_threshold(config.run.malloc_mmap_threshold_kb)
+        set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, not config.model.lora_rank))
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
         if config.model.lora_rank:
