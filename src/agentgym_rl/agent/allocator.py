@@ -6,15 +6,17 @@ raises, up to 32 MiB, each time a large mmapped block is freed. A 135M model's a
 past them they come from the heap, whose freed pieces the process keeps, fragmented, so its
 resident memory grows far beyond what is alive. One LoRA update of SmolLM2-135M-Instruct on 4
 rows of 1,000 tokens peaked at 4.72 GB of resident memory with the default and 1.97 GB with a
-fixed threshold of 1 MiB (full fine-tuning: 3.86 and 2.62 GB), ~20% slower (docs/BENCHMARKS.md).
+fixed threshold of 1 MiB (full fine-tuning: 3.86 and 2.62 GB), ~20% slower (docs/BENCHMARKS.md):
+every tensor above the threshold is a fresh mapping whose pages fault in on first touch.
 
-Between the two, the heap's free pages are handed back after every micro-batch of an update
-(the learner) and every turn of generation (`release_free_memory`): what one micro-batch
-fragments does not stay for the next.
+The learner also hands the heap's free pages back after every micro-batch (`release_free_memory`):
+what one micro-batch fragmented is not kept under the next. With that, a full fine-tune can
+afford a 16 MiB threshold (a layer's hidden states then come from the heap, without faults);
+a LoRA update cannot, its heap fragmenting within one micro-batch. "auto" picks per process.
 
 Generation needs no fixed threshold: its big tensors (each turn's re-packed KV cache) are made
-once a turn, so handing the heap's free pages back after every turn (`release_free_memory`,
-which the generator calls) keeps its resident memory near what is alive at no cost per tensor.
+once a turn, so handing the heap's free pages back after every turn (which the generator does)
+keeps its resident memory near what is alive at no cost per tensor.
 """
 
 from __future__ import annotations
@@ -42,13 +44,11 @@ def _libc_function(name: str, argtypes: tuple) -> ctypes._CFuncPtr | None:
 
 
 AUTO_FULL_KB = 16 * 1024
-"""`"auto"` while fully fine-tuning: a layer's 1-16 MiB activations are reused from the heap, not
-faulted in afresh as new mappings, and the learner trims the heap after every micro-batch. One
-GRPO step of SmolLM2 on 32 BabyAI episodes of 8 turns: update 247 s and 3.24 GB against 327 s
-and 2.82 GB at 1 MiB (docs/BENCHMARKS.md)."""
+"""`"auto"` while fully fine-tuning. One GRPO step of SmolLM2 on 32 BabyAI episodes of 8 turns:
+update 247 s and 3.24 GB peak, against 327 s and 2.82 GB at 1 MiB (docs/BENCHMARKS.md)."""
 AUTO_OTHER_KB = 1024
-"""`"auto"` with a LoRA adapter and in evaluation: a LoRA update's heap fragments within a
-micro-batch (one 5,000-token micro-batch peaked at 4.86 GB with 16 MiB, 1.51 GB with 1 MiB)."""
+"""`"auto"` with a LoRA adapter and in evaluation. The same step with LoRA: 2.35 GB, against
+4.02-4.18 GB at 16 MiB."""
 
 
 def mmap_threshold_kb(setting: int | str, full_fine_tuning: bool) -> int:
