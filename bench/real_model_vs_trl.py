@@ -14,7 +14,7 @@ recipe's system prompt, listed actions and "Action:" reply prefix, 16-token repl
 - ours: `agentgym-rl train configs/smollm2_babyai_grpo.yaml` for one step, the recipe's defaults
   (gradient checkpointing, micro-batches by token budget, logits in chunks at the trained
   positions only, a group's shared prompt run once, the old logprobs taken from the one
-  optimizer step's own pass, the mmap threshold), updating on every episode
+  optimizer step's own pass, memory setting "auto"), updating on every episode
   (`algo.skip_zero_advantage=false`: the instruct model's groups often tie, and a skipped update
   would look free).
 - TRL 1.16: a real `GRPOTrainer` with its defaults (gradient checkpointing, 8 rows a micro-batch,

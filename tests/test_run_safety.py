@@ -308,8 +308,8 @@ def test_overwrite_starts_a_held_run_folder_afresh_and_never_deletes_the_working
 
 
 def test_eval_of_a_run_keeps_its_memory_setting(tmp_path):
-    """`eval --run` of a SmolLM2 run evaluates with the run's `run.malloc_mmap_threshold_kb` (as its
-    training and validation did), and with its seed; a run without the key gets the default."""
+    """`eval --run` of a SmolLM2 run evaluates with the run's `run.malloc_mmap_threshold_kb` (the
+    recipe's "auto", which an evaluation resolves to 1 MiB), and with its seed; a run without the key gets the default."""
     from agentgym_rl.config import PlayConfig, from_dict, to_dict
     from agentgym_rl.runs import played_settings
 

@@ -108,7 +108,7 @@ def disk_stop(run_dir: Path, error: OSError, resume_hint: str) -> UserError:
 def played_settings(run_dir: str | Path) -> dict[str, Any]:
     """The sections of a run's config that say how its policy saw and played the environment
     (env, rollout, eval), its seed and its process' memory setting (`run.malloc_mmap_threshold_kb`:
-    a SmolLM2 recipe's evaluation needs it as its training did), as plain data: the base of
+    a SmolLM2 recipe's "auto" resolves to 1 MiB in an evaluation), as plain data: the base of
     `eval --run`."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
