@@ -73,6 +73,17 @@ def test_a_user_mistake_ends_the_process_with_one_line_and_exit_code_2():
     assert result.stderr.strip().splitlines() == ["error: config file 'missing.yaml' does not exist"]
 
 
+def test_a_captured_log_gets_each_line_as_it_is_written():
+    # A run whose output goes to a file or a pipe is killed right after its first line: the line
+    # is there (Python would otherwise hold it in an 8 KB buffer, and a kill loses the buffer).
+    killed_after_one_line = ("import os\nfrom agentgym_rl import cli\n"
+                             "cli.app = lambda args: (print('step 1 of 30'), os._exit(9))\ncli.main([])")
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+    result = subprocess.run([sys.executable, "-c", killed_after_one_line], capture_output=True, text=True, timeout=60,
+                            env=buffered)
+    assert (result.returncode, result.stdout) == (9, "step 1 of 30\n")
+
+
 @pytest.mark.parametrize("args, message", [
     (["eval", "--env", "nope", "--policy", "expert"], "unknown environment 'nope'"),
     (["eval", "--env", "babyai", "--policy", "/no/such/model"], "neither 'expert', 'random', 'api:MODEL', a named model (smollm2-135m-instruct) nor an existing model folder"),

@@ -639,9 +639,19 @@ def rft(
     typer.echo(f"run folder: {trainer.run_dir}  checkpoints: {trainer.run_dir / 'checkpoints'}")
 
 
+def _lines_as_they_come() -> None:
+    """Write stdout a line at a time when it is a file or a pipe (`> train.log`, `nohup`, `| tee`):
+    Python buffers such a stdout 8 KB at a time, so a long run's log would stay empty for minutes
+    and lose its last lines to a kill."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)  # absent on a replaced stdout (a test's StringIO)
+    if reconfigure is not None:
+        reconfigure(line_buffering=True)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point (`argv` defaults to the process's arguments): a `UserError` becomes a
     one-line message and exit code 2."""
+    _lines_as_they_come()
     try:
         app(args=argv)
     except UserError as error:
