@@ -1,13 +1,21 @@
-"""Progress bars drawn only on a terminal.
+"""Progress bars on a terminal, progress lines in a captured log.
 
-A captured log (a file, CI, `nohup`) gets the commands' own lines and nothing else: a bar
-redrawn with carriage returns would fill it with partial lines and escape codes.
+A captured log (a file, CI, `nohup`) cannot take a bar redrawn with carriage returns: it would
+fill with partial lines and escape codes. There the bar becomes a whole line at most once a
+minute while the work is under way (`validation (step 0):  33% 30/90 [12:01<24:03, 24.05s/ep]`),
+so that a long evaluation in a log says how far it is instead of nothing for half an hour.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from typing import Any, Iterable, Iterator
+
+LOG_EVERY_S = 60.0
+"""The least time between two progress lines of one bar in a captured log."""
+
+_clock = time.monotonic  # a test replaces it
 
 
 def bars_shown() -> bool:
@@ -16,7 +24,64 @@ def bars_shown() -> bool:
 
 
 def progress_bar(*args: Any, disable: bool = False, **kwargs: Any) -> Any:
-    """`tqdm(*args, **kwargs)`, disabled (still iterable, still counting) off a terminal."""
-    from tqdm import tqdm
+    """`tqdm(*args, **kwargs)` on a terminal; a `ProgressLines` off one (nothing when `disable`)."""
+    if bars_shown() or disable:
+        from tqdm import tqdm
 
-    return tqdm(*args, disable=disable or not bars_shown(), **kwargs)
+        return tqdm(*args, disable=disable, **kwargs)
+    return ProgressLines(*args, **kwargs)
+
+
+class ProgressLines:
+    """The part of tqdm's interface the commands use (iterate, `update`, `set_postfix`,
+    `set_description`, `with`), written to stderr as a line at most every `LOG_EVERY_S` seconds
+    after the last, only on an update that leaves work to do: not at the start, whose count
+    says nothing yet, nor at the end, which the command's own lines report."""
+
+    disable = True  # no bar is drawn: callers print their own lines directly, not above a bar
+
+    def __init__(self, iterable: Iterable | None = None, desc: str = "", total: int | None = None,
+                 unit: str = "it", initial: int = 0, **_ignored: Any) -> None:
+        self.iterable, self.desc, self.unit, self.n, self.initial = iterable, desc, unit, initial, initial
+        self.total = total if total is not None or iterable is None else _length(iterable)
+        self.postfix = ""
+        self.began = self.last_line = _clock()
+
+    def __iter__(self) -> Iterator:
+        for item in self.iterable:
+            yield item
+            self.update()
+
+    def __enter__(self) -> "ProgressLines":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = ", ".join(f"{key}={value}" for key, value in values.items())
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+
+    def update(self, n: int = 1) -> None:
+        from tqdm import tqdm
+
+        self.n += n
+        now = _clock()
+        if now - self.last_line < LOG_EVERY_S or (self.total is not None and self.n >= self.total):
+            return
+        self.last_line = now
+        line = tqdm.format_meter(self.n, self.total, now - self.began, ncols=0, prefix=self.desc, unit=self.unit,
+                                 ascii=True, postfix=self.postfix or None, initial=self.initial)
+        print(line, file=sys.stderr, flush=True)
+
+
+def _length(iterable: Iterable) -> int | None:
+    try:
+        return len(iterable)  # type: ignore[arg-type]
+    except TypeError:
+        return None
