@@ -69,3 +69,16 @@ def test_releasing_free_memory_hands_the_heaps_holes_back():
     """What the generator does after every turn, with glibc's own threshold."""
     held, kept = run(0, trim=True)
     assert held > 250 and kept < 0.6 * held
+
+
+def test_a_recipe_run_sets_16_mib_fully_fine_tuning_and_1_mib_with_lora():
+    from pathlib import Path
+
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.session import training_threshold_kb
+
+    recipe = Path(__file__).resolve().parents[1] / "configs" / "smollm2_babyai_grpo.yaml"
+    assert training_threshold_kb(load_config(RLConfig, recipe)) == 16384
+    assert training_threshold_kb(load_config(RLConfig, recipe, ["model.lora_rank=16"])) == 1024
+    assert training_threshold_kb(load_config(RLConfig, recipe, ["model.lora_rank=16",
+                                                                 "run.malloc_mmap_threshold_kb=64"])) == 64

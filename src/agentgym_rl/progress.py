@@ -43,7 +43,7 @@ class ProgressLines:
     def __init__(self, iterable: Iterable | None = None, desc: str = "", total: int | None = None,
                  unit: str = "it", initial: int = 0, **_ignored: Any) -> None:
         self.iterable, self.desc, self.unit, self.n, self.initial = iterable, desc, unit, initial, initial
-        self.total = total if total is not None or iterable is None else _length(iterable)
+        self.total = total  # every caller gives it, an iterated bar too
         self.postfix = ""
         self.began = self.last_line = _clock()
 
@@ -78,10 +78,3 @@ class ProgressLines:
         line = tqdm.format_meter(self.n, self.total, now - self.began, ncols=0, prefix=self.desc, unit=self.unit,
                                  ascii=True, postfix=self.postfix or None, initial=self.initial)
         print(line, file=sys.stderr, flush=True)
-
-
-def _length(iterable: Iterable) -> int | None:
-    try:
-        return len(iterable)  # type: ignore[arg-type]
-    except TypeError:
-        return None

@@ -87,6 +87,12 @@ def eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
             **{f"val/success/{c}": v for c, v in summary["by_category"].items()}}
 
 
+def training_threshold_kb(config: Any) -> int:
+    """The mmap threshold a training process of `config` sets: "auto" by whether it updates every
+    weight (no LoRA adapter) or an adapter's only."""
+    return mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, full_fine_tuning=not config.model.lora_rank)
+
+
 @dataclass
 class Session:
     """A run put together: its folder, model, tokenizer, learner and metrics log.
@@ -126,7 +132,7 @@ class Session:
             learner_options: passed to `Learner` (value_head, entropy, temperature).
         """
         check_model_path(config.model.path)
-        set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, not config.model.lora_rank))
+        set_mmap_threshold(training_threshold_kb(config))
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
         start_run(run_dir, config, hint=already_running)
@@ -151,7 +157,7 @@ class Session:
                **learner_options: Any) -> Session:
         """Reopen a run at `checkpoint` (a folder of `checkpoints/`): its model (or the LoRA
         adapter over the run's `lora_base`) and, through `learner.load_state`, its optimizer."""
-        set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, not config.model.lora_rank))
+        set_mmap_threshold(training_threshold_kb(config))
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
         if config.model.lora_rank:
