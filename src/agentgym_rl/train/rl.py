@@ -456,7 +456,7 @@ class RLTrainer(Trainer):
             self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "
                      "'no update' lines above")
         else:
-            self.log(f"all {ran} steps updated the policy")
+            self.log("the step updated the policy" if ran == 1 else f"all {ran} steps updated the policy")
         if stale:
             counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(stale).items())
             self.log(f"steps trained on data {counts}")

@@ -1,0 +1,195 @@
+"""Where a decoding step of `HFGenerator` goes, on the CPU or `--device cuda`: the model's own
+forward pass against `generate`'s whole step (transformers' loop, our cache and logits
+processors), greedy and sampled from per-episode streams, and the cost of starting a turn.
+
+Run by hand (`make bench` does not: it is for a lent GPU, one short call); its table goes into
+docs/BENCHMARKS.md with the date and machine. The model has SmolLM2-135M-Instruct's shape
+(`SMOLLM2`: 30 layers, 9 query heads over 3 key/value heads, 49,152 tokens) with random weights,
+so no model file has to travel: a step's time does not depend on the weights, and replies run to
+`--new-tokens` (a random model almost never writes the stop id), as the longest reply of a
+rollout's turn does.
+
+    python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
+                                [--reps 3] [--profile]
+
+Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
+as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
+their first `--shared` ids (system prompt and worked example). Columns, in ms, medians of `--reps`:
+- forward: one decoding step of the model alone (one new column over the cached ones, the mask
+  `generate` would pass), in a loop of `--new-tokens` steps feeding back the argmax;
+- greedy / sampled step: (time of `generate` for N tokens - time for 1 token) / (N - 1), i.e.
+  each step after the prefill; sampled = temperature 0.8 with one random stream per row;
+- prefill: `generate` of 1 token (the first turn's prompts, repeats run once);
+- next turn: `generate` of 1 token for each prompt extended by its reply and `--observation`
+  new ids (the rollout's next turn: cache matched, re-packed, the new ids prefilled).
+`--profile` adds torch.profiler's table of the ops that took the most time over one sampled
+`generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
+Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+               num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192,
+               rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1,
+               eos_token_id=2, pad_token_id=2)
+"""SmolLM2-135M-Instruct's config.json, as `agentgym-rl models prepare` converts it, less its name."""
+
+PAD, STOP = 2, 2
+
+
+def build_model(device: torch.device) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentgym_rl.agent.attention import use_grouped_attention
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="sdpa")).to(device).eval()
+    use_grouped_attention(model)  # as HFGenerator sets it, so that the forward column attends the same way
+    return model
+
+
+def prompts_for(rows: int, context: int, group: int, shared: int, seed: int) -> list[list[int]]:
+    """`rows` prompts of `context` ± 10% random ids: groups of `group` equal ones, all sharing
+    their first `shared` ids."""
+    generator = torch.Generator().manual_seed(seed)
+    common = torch.randint(3, SMOLLM2["vocab_size"], (shared,), generator=generator).tolist()
+    prompts = []
+    for _ in range(0, rows, group):
+        length = context + int(torch.randint(-context // 10, context // 10 + 1, (1,), generator=generator))
+        rest = torch.randint(3, SMOLLM2["vocab_size"], (max(1, length - shared),), generator=generator).tolist()
+        prompts += [common + rest] * group
+    return prompts[:rows]
+
+
+def timed(function, device: torch.device) -> float:
+    """Seconds `function()` took, its queued GPU work included."""
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    synchronize()
+    began = time.perf_counter()
+    function()
+    synchronize()
+    return time.perf_counter() - began
+
+
+def forward_steps(model, prompts: list[list[int]], steps: int, device: torch.device) -> float:
+    """Seconds a step of the model alone: a prefill into an appending cache, then `steps` single
+    columns with the growing mask, each the argmax of the last (not timed: the prefill)."""
+    from agentgym_rl.agent.kv_cache import appending_cache
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    cache = appending_cache(model.config)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+        state = {"next": out.logits[:, -1].argmax(-1, keepdim=True), "mask": mask}
+
+        def loop() -> None:
+            for _ in range(steps):
+                state["mask"] = torch.cat([state["mask"], state["mask"].new_ones((len(prompts), 1))], dim=1)
+                positions = state["mask"].sum(-1, keepdim=True) - 1
+                step = model(input_ids=state["next"], attention_mask=state["mask"], position_ids=positions,
+                             past_key_values=cache, use_cache=True)
+                state["next"] = step.logits[:, -1].argmax(-1, keepdim=True)
+
+        return timed(loop, device) / steps
+
+
+def generator_for(model, temperature: float):
+    from agentgym_rl.agent.generator import HFGenerator
+
+    return HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
+
+
+def measure(model, rows: int, context: int, args, device: torch.device) -> dict[str, float]:
+    prompts = prompts_for(rows, context, args.group, args.shared, seed=rows * 100_003 + context)
+    streams = list(range(1, rows + 1))
+    n = args.new_tokens
+    result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn")}
+    for _ in range(args.reps):
+        result["forward"].append(forward_steps(model, prompts, n, device))
+        for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
+            generator = generator_for(model, temperature)
+            kw = {} if temperature == 0 else {"streams": streams}
+            one = timed(lambda: generator.generate(prompts, 1, **kw), device)
+            generator.reset()
+            replies: list = []
+            whole = timed(lambda: replies.extend(generator.generate(prompts, n, **kw)), device)
+            result[name].append((whole - one) / (n - 1))
+            if name == "sampled":
+                result["prefill"].append(one)
+                tail = torch.randint(3, SMOLLM2["vocab_size"], (args.observation,)).tolist()
+                extended = [p + r.ids + tail for p, r in zip(prompts, replies)]
+                result["turn"].append(timed(lambda: generator.generate(extended, 1, streams=streams), device))
+            del generator
+    return {name: statistics.median(values) for name, values in result.items()}
+
+
+def profile(model, rows: int, context: int, args, device: torch.device) -> None:
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    prompts = prompts_for(rows, context, args.group, args.shared, seed=1)
+    generator = generator_for(model, 0.8)
+    generator.generate(prompts, 2, streams=list(range(rows)))  # kernels load outside the profile
+    generator.reset()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        generator.generate(prompts, 8, streams=list(range(rows)))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\n# torch.profiler, one sampled generate of 8 tokens, {rows} rows of ~{context} ids, by {key}")
+    print(prof.key_averages().table(sort_by=key, row_limit=15))
+    if device.type == "cuda":  # what Python and the launches cost beside the GPU's own time
+        print("# by self CPU time")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--rows", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--context", type=int, nargs="+", default=[1000, 2500])
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--group", type=int, default=8, help="equal prompts in a row (a GRPO group)")
+    parser.add_argument("--shared", type=int, default=600, help="ids every prompt starts with")
+    parser.add_argument("--observation", type=int, default=150, help="new ids of the next turn")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be at least 2: a step is timed as generate(N) - generate(1)")
+    if min(args.context) <= args.shared:
+        parser.error(f"--context must exceed --shared ({args.shared})")
+    device = torch.device(args.device)
+    model = build_model(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    print(f"# {name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"SmolLM2-135M's shape, random weights, float32, {args.new_tokens} new tokens; ms, median of {args.reps}")
+    print(f"| rows | context | forward step | greedy step | sampled step | prefill | next turn ({args.observation} ids) |")
+    print("|---|---|---|---|---|---|---|")
+    for rows in args.rows:
+        for context in args.context:
+            m = measure(model, rows, context, args, device)
+            print(f"| {rows} | {context} | {1000 * m['forward']:.1f} | {1000 * m['greedy']:.1f} | "
+                  f"{1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | {1000 * m['turn']:.0f} |", flush=True)
+    if args.profile:
+        profile(model, max(args.rows), max(args.context), args, device)
+
+
+if __name__ == "__main__":
+    main()
