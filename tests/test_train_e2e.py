@@ -259,6 +259,51 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_path, counter_env_registered):
+    """`train.baseline`: a run given an earlier run's step-0 validation takes it (the same
+    episodes, logged as step 0, the closing line paired with it) after replaying the first turn
+    of each item; a file whose first reply of one item was another is refused, and so is a
+    sampled validation."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(name, *extra):
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+            *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
+            "train.steps=1", "train.validate_every=1", "warmup.episodes=0", "model.corpus_episodes=6",
+            "eval.episodes=3", "rollout.threads=1", *extra])
+        lines = []
+        validations = RLTrainer(config, log=lines.append).fit()
+        return tmp_path / name, lines, validations
+
+    played, _, validations = fit("played")
+    step0 = played / "validation" / "step_000000.jsonl"
+    taken, lines, taken_validations = fit("taken", f"train.baseline={step0}")
+    assert (taken / "validation" / "step_000000.jsonl").read_text() == step0.read_text()
+    assert f"step 0: validation taken from {step0} (the first turn of all 3 items replayed identically)" in lines
+    assert [v["step"] for v in taken_validations] == [0, 1]
+    assert taken_validations[0]["item_success"] == validations[0]["item_success"]
+    assert lines[-1].startswith("validation success, step 0 → 1")
+
+    def val_rows(run_dir):
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        return [r for r in rows if "val/success" in r]
+
+    assert val_rows(taken)[0] == val_rows(played)[0]
+    # The same file with one token of one item's first reply changed.
+    records = [json.loads(line) for line in step0.read_text().splitlines()]
+    first_generated = records[1]["loss_mask"].index(1)
+    records[1]["input_ids"][first_generated] += 1
+    altered = tmp_path / "altered.jsonl"
+    altered.write_text("".join(json.dumps(r) + "\n" for r in records))
+    from agentgym_rl.errors import UserError
+
+    with pytest.raises(UserError, match="the first reply of 1 of 3 items differs"):
+        fit("refused", f"train.baseline={altered}")
+    with pytest.raises(UserError, match="reuses a greedy validation"):
+        fit("sampled", f"train.baseline={step0}", "eval.temperature=1.0")
+
+
 @pytest.mark.parametrize("skip,expected", [(True, 2), (False, 4)])
 def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
     """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.

@@ -357,7 +357,7 @@ class RLTrainer(Trainer):
         try:
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
             if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
-                validations.append(self.validate(0))
+                validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
             bar = progress_bar(range(start, cfg.train.steps), desc="RL", unit="step", initial=start,
                                total=cfg.train.steps, disable=not main)
             if not bar.disable:  # lines go above the bar (cleared and redrawn), not into it
@@ -702,6 +702,29 @@ class RLTrainer(Trainer):
         with progress_bar(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
                                                seed=self.config.run.seed, progress=bar.update)
+        return self._record_validation(step, trajectories)
+
+    def take_baseline(self, path: str) -> dict[str, Any]:
+        """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
+        played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
+        from ..progress import progress_bar
+        from .baseline import check_baseline
+
+        if self.config.eval.temperature != 0:
+            raise UserError(f"train.baseline reuses a greedy validation; this run validates at eval.temperature="
+                            f"{self.config.eval.temperature:g} (set it to 0, or drop train.baseline)")
+        saved = load_trajectories(path)
+        with progress_bar(total=len(self.val_tasks), desc="checking the baseline's first turns", unit="ep",
+                          leave=False) as bar:
+            replayed = self.val_engine.run(self.val_tasks, self.val_policy, 1, seed=self.config.run.seed,
+                                           progress=bar.update)
+        check_baseline(saved, replayed, self.config.eval.samples, path)
+        self.log(f"step 0: validation taken from {path} (the first turn of all {len(replayed)} items replayed "
+                 "identically)")
+        return self._record_validation(0, saved)
+
+    def _record_validation(self, step: int, trajectories: list[Trajectory]) -> dict[str, Any]:
+        """Save, log and summarise a validation's episodes."""
         stats = summarize(trajectories)
         if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
             save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")

@@ -1,0 +1,45 @@
+"""A step-0 validation taken from a file (`train.baseline`): which files a run accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentgym_rl.errors import UserError
+from agentgym_rl.rollout.trajectory import Trajectory
+from agentgym_rl.train.baseline import check_baseline, first_reply_end
+
+
+def episode(item: str, ids: list[int], mask: list[int]) -> Trajectory:
+    return Trajectory(env_id="babyai", item_id=item, category="GoTo", input_ids=ids, loss_mask=mask)
+
+
+def test_the_first_reply_ends_where_the_first_generated_run_of_tokens_ends():
+    assert first_reply_end(episode("a", [5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1])) == 4
+    assert first_reply_end(episode("a", [5, 6, 7], [0, 1, 1])) == 3  # the reply runs to the end
+    assert first_reply_end(episode("a", [5, 6], [0, 0])) is None
+
+
+# One turn replayed per item: prompt 1 2, reply 3 4 (and for "b": prompt 1 5, reply 6).
+REPLAYED = [episode("a", [1, 2, 3, 4], [0, 0, 1, 1]), episode("b", [1, 5, 6, 7], [0, 0, 1, 0])]
+
+
+def test_a_file_with_the_same_first_replies_is_taken_whatever_comes_after():
+    saved = [episode("b", [1, 5, 6, 7, 40, 41], [0, 0, 1, 0, 1, 1]), episode("a", [1, 2, 3, 4, 9, 9], [0, 0, 1, 1, 0, 1])]
+    check_baseline(saved, REPLAYED, samples=1, source="f.jsonl")
+    check_baseline(saved + saved, REPLAYED, samples=2, source="f.jsonl")
+
+
+@pytest.mark.parametrize("a_saved,reason", [
+    (episode("a", [1, 2, 3, 8, 9], [0, 0, 1, 1, 0]), "the first reply of 1 of 2 items differs"),  # another token
+    (episode("a", [1, 2, 3, 4], [0, 0, 1, 0]), "the first reply of 1 of 2 items differs"),  # shorter reply
+    (episode("a", [7, 2, 3, 4], [0, 0, 1, 1]), "the first reply of 1 of 2 items differs"),  # another prompt
+    (episode("c", [1, 2, 3, 4], [0, 0, 1, 1]), "missing babyai/a; not validated here babyai/c"),
+])
+def test_a_file_of_other_replies_or_other_items_is_refused(a_saved, reason):
+    with pytest.raises(UserError, match=reason):
+        check_baseline([a_saved, REPLAYED[1]], REPLAYED, samples=1, source="f.jsonl")
+
+
+def test_a_file_with_fewer_samples_than_the_validation_plays_is_refused():
+    with pytest.raises(UserError, match="2 wanted of each of 2 items"):
+        check_baseline(REPLAYED, REPLAYED, samples=2, source="f.jsonl")
