@@ -227,3 +227,47 @@ def test_a_pair_loss_sees_its_pairs_whole_in_every_micro_batch(tiny_tokenizer):
     learner = Learner(model, OptimConfig(micro_batch_size=2))
     got = learner.update(batch, make_loss(0.1, 0.0), weight_by="sequences", group=2)["loss"]
     assert abs(got - expected) < 1e-5
+
+
+def test_autocast_runs_the_trunk_in_bfloat16_and_keeps_scores_and_gradients_float32(tiny_tokenizer):
+    """`optim.compute_dtype`: the trunk's matrix products in bfloat16 (the logprobs move by its
+    rounding, not more), the output head in float32 on the trunk's output (its gradient is
+    float32 and close to the float32 pass's), every parameter's gradient float32; and the
+    learner resolves the setting once."""
+    batch = _batch(tiny_tokenizer)
+    model = build_model(tiny_tokenizer, SMALL)
+    results = {}
+    for dtype in (None, torch.bfloat16):
+        model.zero_grad()
+        seen = []
+        hook = model.get_decoder().layers[0].mlp.down_proj.register_forward_hook(
+            lambda module, args, output: seen.append(output.dtype))
+        out = token_outputs(model, batch, autocast=dtype, positions=batch.loss_mask)
+        hook.remove()
+        (out["logprobs"] * batch.loss_mask).sum().backward()
+        results[dtype] = (seen, out["logprobs"].detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+    (plain_seen, plain, plain_grads), (cast_seen, cast, cast_grads) = results[None], results[torch.bfloat16]
+    assert plain_seen == [torch.float32] and cast_seen == [torch.bfloat16]
+    assert cast.dtype == torch.float32 and not torch.equal(plain, cast)
+    assert torch.allclose(plain, cast, atol=0.05)
+    for name, grad in cast_grads.items():
+        assert grad.dtype == torch.float32, name
+        scale = plain_grads[name].abs().max()
+        assert (grad - plain_grads[name]).abs().max() <= 0.1 * scale + 1e-6, name
+    assert Learner(model, OptimConfig(compute_dtype="bfloat16")).autocast == torch.bfloat16
+    assert Learner(model, OptimConfig()).autocast is None
+
+
+def test_autocast_auto_asks_whether_the_device_computes_bfloat16(tmp_path):
+    from agentgym_rl.train.precision import autocast_dtype, cpu_flags
+
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu, flags={"avx2", "avx512f", "avx512_bf16"}) == torch.bfloat16
+    assert autocast_dtype("auto", cpu, flags={"avx2", "amx_bf16"}) == torch.bfloat16
+    assert autocast_dtype("auto", cpu, flags={"avx2", "avx512f"}) is None
+    assert autocast_dtype("float32", cpu, flags={"avx512_bf16"}) is None
+    assert autocast_dtype("bfloat16", cpu, flags=set()) == torch.bfloat16
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: X\nflags\t\t: fpu sse avx512_bf16 avx2\n\nprocessor\t: 1\n")
+    assert cpu_flags(info) == {"fpu", "sse", "avx512_bf16", "avx2"}
+    assert cpu_flags(tmp_path / "missing") == set()

@@ -507,9 +507,11 @@ def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_
 
 
 @pytest.mark.slow
-def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered, dtype):
     """The whole loop improves a policy: from a random tiny model, GRPO learns to say "count"
-    (a sign or masking error anywhere in rollout → advantage → loss → update fails this)."""
+    (a sign or masking error anywhere in rollout → advantage → loss → update fails this), with
+    the learner's trunk computing in float32 or bfloat16 (`optim.compute_dtype`)."""
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
@@ -517,7 +519,7 @@ def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered):
         *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "warmup.episodes=0",
         "model.corpus_episodes=6", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32",
         "rollout.max_new_tokens=3", "schedule.horizons=[3]", "train.steps=40", "train.validate_every=0",
-        "train.save_every=100", "train.save_trajectories=false", "optim.lr=0.003"])
+        "train.save_every=100", "train.save_trajectories=false", "optim.lr=0.003", f"optim.compute_dtype={dtype}"])
     RLTrainer(config, log=lambda _: None).fit()
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     first, last = rows[:10], rows[-10:]

@@ -296,6 +296,13 @@ class OptimConfig:
     instead of once per row (`train/prefix_sharing.py`): the same logprobs and gradients for
     fewer tokens. Needs a model attending with "sdpa" (the default) and no FSDP sharding;
     otherwise rows are padded as with false."""
+    compute_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
+    """The dtype of the model trunk's matrix products in the update and scoring passes:
+    "bfloat16" runs the trunk under `torch.autocast`, while the parameters, the optimizer's state,
+    the output head and the log-probabilities stay float32. "auto": bfloat16 where the device
+    computes it natively (a CUDA GPU that supports it, a CPU with avx512_bf16 or amx_bf16),
+    float32 elsewhere, where torch would emulate it more slowly (`train/precision.py`).
+    Generation always runs in the parameters' dtype."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """"constant", or "cosine": decay to 0 over the steps of one fine-tuning call (each RFT
     round decays anew). The RL trainer keeps the rate constant."""

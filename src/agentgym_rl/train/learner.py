@@ -18,6 +18,7 @@ from ..config import OptimConfig
 from ..errors import UserError
 from .batch import TokenBatch, micro_batches
 from .packing import block_causal_mask
+from .precision import autocast_dtype
 from .prefix_sharing import TreeRow, tree_inputs, tree_micro_batches
 
 # loss_fn(batch, outputs) -> (scalar loss, metrics); outputs holds "logprobs" (B, T) and,
@@ -46,7 +47,8 @@ vocabulary fits most micro-batches in one chunk."""
 
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
                   entropy: bool = False, temperature: float = 1.0, chunk: int | None = LOGIT_CHUNK,
-                  positions: torch.Tensor | None = None, trees: list[TreeRow] | None = None) -> dict[str, torch.Tensor]:
+                  positions: torch.Tensor | None = None, trees: list[TreeRow] | None = None,
+                  autocast: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
 
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
@@ -71,6 +73,10 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     `trees` (`prefix_sharing.tree_micro_batches`) runs the trunk over tree rows, each shared
     prefix once, and gathers the hidden states back into the batch's layout; the model must
     attend with `agent.attention.NAME`, which reads the layout.
+
+    `autocast` (e.g. torch.bfloat16, `optim.compute_dtype`) runs the trunk under `torch.autocast`;
+    with logits in chunks the head and everything after it stay float32, on the trunk's output
+    cast back (with `chunk=None` the head is inside the model's forward and autocast too).
 
     Returns:
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
@@ -102,18 +108,24 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     wanted = positions[:, 1:].bool() if positions is not None else None
     if trees is not None and chunk is None:
         raise ValueError("tree rows are scored with logits in chunks (chunk=None runs the model's own forward)")
+    trunk = (torch.autocast(batch.input_ids.device.type, dtype=autocast) if autocast is not None
+             else nullcontext())
     if chunk is None:
-        result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
-                       use_cache=False)
+        with trunk:
+            result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
+                           use_cache=False)
         scores = _scores(result.logits[:, :-1], targets, right, temperature, entropy)
         if wanted is not None:
             scores = tuple(torch.where(wanted, score, 0.0) for score in scores)
         hidden = result.hidden_states[-1][:, :-1] if value_head is not None else None
     else:
-        if trees is not None:
-            hidden = tree_hidden_state(model, batch, trees)[:, :-1]
-        else:
-            hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
+        with trunk:
+            if trees is not None:
+                hidden = tree_hidden_state(model, batch, trees)[:, :-1]
+            else:
+                hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
+        if autocast is not None:
+            hidden = hidden.to(model.get_output_embeddings().weight.dtype)
         head = model.get_output_embeddings()
         if wanted is None:
             width = max(1, chunk // (max(1, hidden.shape[0]) * head.weight.shape[0]))  # positions per chunk
@@ -276,6 +288,8 @@ class Learner:
             # backward; off in generation, which runs the model in eval mode.
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.optimizer = self._new_optimizer()
+        self.autocast = autocast_dtype(config.compute_dtype, self.device)
+        """The dtype of the trunk's matrix products in this learner's passes (None: float32)."""
         self.sharded = False
         self.rollout_model = model
         """The model rollouts sample from: the learner's own, or with `shard()` a plain copy that
@@ -377,14 +391,15 @@ class Learner:
             for item in self._micro_batches(scored):
                 if item is None:  # this rank's part is scored; the others still gather weights
                     token_outputs(scorer, self._idle_batch(), head, temperature=self.temperature,
-                                  chunk=self._chunk(scorer))
+                                  chunk=self._chunk(scorer), autocast=self.autocast)
                     continue
                 rows, micro, trees = item
                 width = micro.input_ids.shape[1]
                 micro = micro.to(self.device)  # batches are built on the CPU
                 scored_micro = token_outputs(scorer, micro, head, temperature=self.temperature,
                                              chunk=self._chunk(scorer), positions=micro.trained_positions(),
-                                             trees=trees if _attends_by_tree(scorer) else None)
+                                             trees=trees if _attends_by_tree(scorer) else None,
+                                             autocast=self.autocast)
                 for key, value in scored_micro.items():
                     out[key][rows, :width] = value.cpu()
         scorer.train(was_training)
@@ -434,12 +449,13 @@ class Learner:
             if share == 0.0:
                 if self.sharded:  # a pass adding nothing, so that every rank runs as many
                     outputs = token_outputs(self.model, self._idle_batch(), self.value_head, self.entropy,
-                                            self.temperature, self._chunk(self.model))
+                                            self.temperature, self._chunk(self.model), autocast=self.autocast)
                     (sum(value.sum() for value in outputs.values()) * 0.0).backward()
                 continue
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
                                                          self.temperature, self._chunk(self.model),
-                                                         positions=micro.trained_positions(), trees=trees))
+                                                         positions=micro.trained_positions(), trees=trees,
+                                                         autocast=self.autocast))
             (loss * share).backward()
             if self.device.type == "cpu":
                 # A micro-batch's freed activations are holes in glibc's heap; handed back now,
