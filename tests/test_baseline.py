@@ -6,7 +6,7 @@ import pytest
 
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.trajectory import Trajectory
-from agentgym_rl.train.baseline import check_baseline, first_reply_end
+from agentgym_rl.train.baseline import check_baseline, check_file, first_reply_end, generated_spans
 
 
 def episode(item: str, ids: list[int], mask: list[int]) -> Trajectory:
@@ -30,9 +30,10 @@ def test_a_file_with_the_same_first_replies_is_taken_whatever_comes_after():
 
 
 @pytest.mark.parametrize("a_saved,reason", [
-    (episode("a", [1, 2, 3, 8, 9], [0, 0, 1, 1, 0]), "the first reply of 1 of 2 items differs"),  # another token
-    (episode("a", [1, 2, 3, 4], [0, 0, 1, 0]), "the first reply of 1 of 2 items differs"),  # shorter reply
-    (episode("a", [7, 2, 3, 4], [0, 0, 1, 1]), "the first reply of 1 of 2 items differs"),  # another prompt
+    (episode("a", [1, 2, 3, 8, 9], [0, 0, 1, 1, 0]), "the first turn of 1 of 2 items differs"),  # another token
+    (episode("a", [1, 2, 3, 4], [0, 0, 1, 0]), "the first turn of 1 of 2 items differs"),  # shorter reply
+    (episode("a", [1, 2, 3, 4, 5], [0, 0, 1, 1, 1]), "the first turn of 1 of 2 items differs"),  # longer reply
+    (episode("a", [7, 2, 3, 4], [0, 0, 1, 1]), "the first turn of 1 of 2 items differs"),  # another prompt
     (episode("c", [1, 2, 3, 4], [0, 0, 1, 1]), "missing babyai/a; not validated here babyai/c"),
 ])
 def test_a_file_of_other_replies_or_other_items_is_refused(a_saved, reason):
@@ -43,3 +44,20 @@ def test_a_file_of_other_replies_or_other_items_is_refused(a_saved, reason):
 def test_a_file_with_fewer_samples_than_the_validation_plays_is_refused():
     with pytest.raises(UserError, match="2 wanted of each of 2 items"):
         check_baseline(REPLAYED, REPLAYED, samples=2, source="f.jsonl")
+
+
+def test_replies_are_the_runs_of_generated_tokens():
+    assert generated_spans(episode("a", list(range(9)), [0, 1, 1, 0, 0, 1, 0, 1, 1])) == [2, 1, 2]
+    assert generated_spans(episode("a", [1, 2], [0, 0])) == []
+
+
+def test_a_file_is_refused_before_any_replay_when_its_shape_cannot_be_this_runs_step_0():
+    saved = [Trajectory("babyai", item, "GoTo", input_ids=[1, 2, 3, 4, 5], loss_mask=[0, 1, 1, 0, 1],
+                        turn_rewards=[0.0, 1.0]) for item in ("a", "b")]
+    check_file(saved, episodes=2, max_turns=2, max_new_tokens=2, source="f.jsonl")
+    with pytest.raises(UserError, match="holds 2 episodes; this run validates 3"):
+        check_file(saved, episodes=3, max_turns=2, max_new_tokens=2, source="f.jsonl")
+    with pytest.raises(UserError, match="episodes of 2 turns; this run validates 1"):
+        check_file(saved, episodes=2, max_turns=1, max_new_tokens=2, source="f.jsonl")
+    with pytest.raises(UserError, match="replies of 2 tokens; this run's are at most 1"):
+        check_file(saved, episodes=2, max_turns=2, max_new_tokens=1, source="f.jsonl")

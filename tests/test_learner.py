@@ -240,14 +240,18 @@ def test_autocast_runs_the_trunk_in_bfloat16_and_keeps_scores_and_gradients_floa
     for dtype in (None, torch.bfloat16):
         model.zero_grad()
         seen = []
-        hook = model.get_decoder().layers[0].mlp.down_proj.register_forward_hook(
-            lambda module, args, output: seen.append(output.dtype))
+        hooks = [module.register_forward_hook(lambda module, args, output: seen.append(output.dtype))
+                 for module in (model.get_decoder().layers[0].mlp.down_proj, model.get_output_embeddings())]
         out = token_outputs(model, batch, autocast=dtype, positions=batch.loss_mask)
-        hook.remove()
+        for hook in hooks:
+            hook.remove()
         (out["logprobs"] * batch.loss_mask).sum().backward()
         results[dtype] = (seen, out["logprobs"].detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
     (plain_seen, plain, plain_grads), (cast_seen, cast, cast_grads) = results[None], results[torch.bfloat16]
-    assert plain_seen == [torch.float32] and cast_seen == [torch.bfloat16]
+    # A layer of the trunk first; last the output head that scores (after the trunk: outside
+    # autocast; the model's own forward also runs its head, on one position, which is unused).
+    assert plain_seen[0] == plain_seen[-1] == torch.float32
+    assert (cast_seen[0], cast_seen[-1]) == (torch.bfloat16, torch.float32)
     assert cast.dtype == torch.float32 and not torch.equal(plain, cast)
     assert torch.allclose(plain, cast, atol=0.05)
     for name, grad in cast_grads.items():

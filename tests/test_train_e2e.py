@@ -298,7 +298,7 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
     altered.write_text("".join(json.dumps(r) + "\n" for r in records))
     from agentgym_rl.errors import UserError
 
-    with pytest.raises(UserError, match="the first reply of 1 of 3 items differs"):
+    with pytest.raises(UserError, match="the first turn of 1 of 3 items differs"):
         fit("refused", f"train.baseline={altered}")
     with pytest.raises(UserError, match="reuses a greedy validation"):
         fit("sampled", f"train.baseline={step0}", "eval.temperature=1.0")

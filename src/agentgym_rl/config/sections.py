@@ -297,12 +297,15 @@ class OptimConfig:
     fewer tokens. Needs a model attending with "sdpa" (the default) and no FSDP sharding;
     otherwise rows are padded as with false."""
     compute_dtype: Literal["float32", "bfloat16", "auto"] = "float32"
-    """The dtype of the model trunk's matrix products in the update and scoring passes:
-    "bfloat16" runs the trunk under `torch.autocast`, while the parameters, the optimizer's state,
-    the output head and the log-probabilities stay float32. "auto": bfloat16 where the device
-    computes it natively (a CUDA GPU that supports it, a CPU with avx512_bf16 or amx_bf16),
-    float32 elsewhere, where torch would emulate it more slowly (`train/precision.py`).
-    Generation always runs in the parameters' dtype."""
+    """The dtype of the model trunk's matrix products in this section's update and scoring passes
+    (the warm-up has its own, `warmup.optim`): "bfloat16" runs the trunk under `torch.autocast`,
+    while the parameters and the optimizer's state keep `run.dtype`, and the output head and the
+    log-probabilities are computed in it (float32 by default) except in an FSDP-sharded model.
+    "auto": bfloat16 where the device computes it natively (a CUDA GPU of compute capability 8
+    or more, a CPU with avx512_bf16 or amx_bf16), float32 elsewhere, where torch would emulate it
+    more slowly (`train/precision.py`). Generation always runs in the parameters' dtype, so with
+    `algo.recompute_old_logprobs: false` the ratio's old log-probabilities (the generator's) and
+    new ones (the learner's) differ by bfloat16's rounding from the first update on."""
     lr_schedule: Literal["constant", "cosine"] = "constant"
     """"constant", or "cosine": decay to 0 over the steps of one fine-tuning call (each RFT
     round decays anew). The RL trainer keeps the rate constant."""

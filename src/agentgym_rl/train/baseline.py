@@ -26,10 +26,39 @@ def first_reply_end(trajectory: Trajectory) -> int | None:
     return next((i for i in range(start, len(mask)) if not mask[i]), len(mask))
 
 
+def generated_spans(trajectory: Trajectory) -> list[int]:
+    """The length of each reply the model generated in `trajectory` (each run of 1s in its loss mask)."""
+    spans, length = [], 0
+    for m in trajectory.loss_mask:
+        if m:
+            length += 1
+        elif length:
+            spans.append(length)
+            length = 0
+    return spans + ([length] if length else [])
+
+
+def check_file(saved: list[Trajectory], episodes: int, max_turns: int, max_new_tokens: int, source: str) -> None:
+    """Raise `UserError` unless `saved` could be this run's step 0 by its shape alone: `episodes`
+    episodes, none longer than `max_turns` turns, no reply longer than `max_new_tokens` tokens.
+    Run before the replay, which costs the first turn of every item."""
+    if len(saved) != episodes:
+        raise UserError(f"train.baseline {source!r} holds {len(saved)} episodes; this run validates {episodes}")
+    turns = max((len(t.turn_rewards) for t in saved), default=0)
+    if turns > max_turns:
+        raise UserError(f"train.baseline {source!r} has episodes of {turns} turns; this run validates "
+                        f"{max_turns} (eval.max_turns)")
+    reply = max((span for t in saved for span in generated_spans(t)), default=0)
+    if reply > max_new_tokens:
+        raise UserError(f"train.baseline {source!r} has replies of {reply} tokens; this run's are at most "
+                        f"{max_new_tokens} (rollout.max_new_tokens)")
+
+
 def check_baseline(saved: list[Trajectory], replayed: list[Trajectory], samples: int, source: str) -> None:
     """Raise `UserError` unless `saved` (a validation file's episodes) holds each item of
     `replayed` (one episode of each validation item, played for one turn) `samples` times and
-    no other, each with the first reply, prompt and tokens included, that the replay generated.
+    no other, each opening with the same first turn as the replay: prompt and reply, token for
+    token, the reply ending where the replay's does.
 
     Args:
         saved: the file's episodes.
@@ -40,7 +69,9 @@ def check_baseline(saved: list[Trajectory], replayed: list[Trajectory], samples:
     def key(t: Trajectory) -> tuple[str, str]:
         return t.env_id, t.item_id
 
-    wanted = Counter({key(t): samples for t in replayed})
+    wanted = Counter()
+    for trajectory in replayed:
+        wanted[key(trajectory)] += samples
     found = Counter(key(t) for t in saved)
     if found != wanted:
         missing = sorted(f"{env}/{item}" for env, item in wanted - found)
@@ -48,9 +79,8 @@ def check_baseline(saved: list[Trajectory], replayed: list[Trajectory], samples:
         raise UserError(f"train.baseline {source!r} is not a validation of this run's items: "
                         f"{len(saved)} episodes, {samples} wanted of each of {len(replayed)} items; "
                         + "; ".join(part for part in (
-                            f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}" if missing else "",
-                            f"not validated here {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}"
-                            if extra else "") if part))
+                            f"missing {_some(missing)}" if missing else "",
+                            f"not validated here {_some(extra)}" if extra else "") if part))
     first = {}
     for trajectory in saved:
         first.setdefault(key(trajectory), trajectory)
@@ -58,11 +88,15 @@ def check_baseline(saved: list[Trajectory], replayed: list[Trajectory], samples:
     for trajectory in replayed:
         end = first_reply_end(trajectory)
         kept = first[key(trajectory)]
-        if (end is None or kept.input_ids[:end] != trajectory.input_ids[:end]
+        if (end is None or first_reply_end(kept) != end or kept.input_ids[:end] != trajectory.input_ids[:end]
                 or kept.loss_mask[:end] != trajectory.loss_mask[:end]):
-            differ.append(trajectory.item_id)
+            differ.append(f"{trajectory.env_id}/{trajectory.item_id}")
     if differ:
-        raise UserError(f"train.baseline {source!r} was played by another model or in another mode: the first "
-                        f"reply of {len(differ)} of {len(replayed)} items differs from this run's "
-                        f"({', '.join(differ[:5])}{' ...' if len(differ) > 5 else ''}); play step 0 "
-                        "(drop train.baseline)")
+        raise UserError(f"train.baseline {source!r} does not open as this run plays: the first turn of "
+                        f"{len(differ)} of {len(replayed)} items differs ({_some(differ)}). Another model, "
+                        "prompt or reply setting played it, or, for a few items, the rounding of another "
+                        "device or batch composition changed a greedy choice; play step 0 (drop train.baseline)")
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")

@@ -1,8 +1,9 @@
 """Mixed precision for the learner's passes (`optim.compute_dtype`).
 
-The parameters, the optimizer's state and every log-probability stay float32; under autocast the
-model's trunk runs its matrix products in bfloat16, and the output head and the softmax over the
-vocabulary run in float32 on the trunk's output (`learner.token_outputs`). On a CPU that computes
+The parameters and the optimizer's state keep their dtype (`run.dtype`, float32 by default);
+under autocast the model's trunk runs its matrix products in bfloat16, and the output head and
+the softmax over the vocabulary run in the parameters' dtype on the trunk's output
+(`learner.token_outputs`; an FSDP-sharded model runs its head inside its forward, under autocast). On a CPU that computes
 bfloat16 natively (`avx512_bf16` or `amx_bf16`) a forward and backward pass of SmolLM2-135M took
 a third of the float32 time (docs/BENCHMARKS.md); on one that does not, torch emulates it and it
 is slower, so "auto" asks the hardware.
@@ -47,7 +48,11 @@ def autocast_dtype(setting: str, device: torch.device, flags: set[str] | None = 
     if setting != "auto":
         raise ValueError(f"optim.compute_dtype must be float32, bfloat16 or auto, got {setting!r}")
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+        try:  # without emulation: a GPU before Ampere would run bfloat16 slower than float32
+            native = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # torch before 2.3 had no such argument and counted native support only
+            native = torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if native else None
     if device.type == "cpu":
         native = set(NATIVE_CPU_FLAGS) & (cpu_flags() if flags is None else flags)
         return torch.bfloat16 if native else None

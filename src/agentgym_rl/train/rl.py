@@ -358,6 +358,10 @@ class RLTrainer(Trainer):
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
             if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
                 validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
+            elif main and cfg.train.baseline:
+                why = ("the run resumes after step 0" if start
+                       else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
+                self.log(f"note: train.baseline is not used: {why}")
             bar = progress_bar(range(start, cfg.train.steps), desc="RL", unit="step", initial=start,
                                total=cfg.train.steps, disable=not main)
             if not bar.disable:  # lines go above the bar (cleared and redrawn), not into it
@@ -708,17 +712,21 @@ class RLTrainer(Trainer):
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
         played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
         from ..progress import progress_bar
-        from .baseline import check_baseline
+        from .baseline import check_baseline, check_file
 
-        if self.config.eval.temperature != 0:
+        evaluation = self.config.eval
+        if evaluation.temperature != 0:
             raise UserError(f"train.baseline reuses a greedy validation; this run validates at eval.temperature="
-                            f"{self.config.eval.temperature:g} (set it to 0, or drop train.baseline)")
+                            f"{evaluation.temperature:g} (set it to 0, or drop train.baseline)")
         saved = load_trajectories(path)
+        check_file(saved, len(self.val_tasks) * evaluation.samples,
+                   evaluation.max_turns or registry.spec(self.config.env.id).max_turns,
+                   self.config.rollout.max_new_tokens, path)
         with progress_bar(total=len(self.val_tasks), desc="checking the baseline's first turns", unit="ep",
                           leave=False) as bar:
             replayed = self.val_engine.run(self.val_tasks, self.val_policy, 1, seed=self.config.run.seed,
                                            progress=bar.update)
-        check_baseline(saved, replayed, self.config.eval.samples, path)
+        check_baseline(saved, replayed, evaluation.samples, path)
         self.log(f"step 0: validation taken from {path} (the first turn of all {len(replayed)} items replayed "
                  "identically)")
         return self._record_validation(0, saved)
