@@ -75,8 +75,9 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     attend with `agent.attention.NAME`, which reads the layout.
 
     `autocast` (e.g. torch.bfloat16, `optim.compute_dtype`) runs the trunk under `torch.autocast`;
-    with logits in chunks the head and everything after it stay float32, on the trunk's output
-    cast back (with `chunk=None` the head is inside the model's forward and autocast too).
+    with logits in chunks the head and everything after it run outside it, in the parameters'
+    dtype, on the trunk's output cast to it (with `chunk=None` the head is inside the model's
+    forward and autocast too).
 
     Returns:
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
