@@ -6,7 +6,7 @@ import pytest
 
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.trajectory import Trajectory
-from agentgym_rl.train.baseline import check_baseline, check_file, first_reply_end, generated_spans
+from agentgym_rl.train.baseline import check_baseline, check_file
 
 
 def episode(item: str, ids: list[int], mask: list[int]) -> Trajectory:
@@ -14,9 +14,9 @@ def episode(item: str, ids: list[int], mask: list[int]) -> Trajectory:
 
 
 def test_the_first_reply_ends_where_the_first_generated_run_of_tokens_ends():
-    assert first_reply_end(episode("a", [5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1])) == 4
-    assert first_reply_end(episode("a", [5, 6, 7], [0, 1, 1])) == 3  # the reply runs to the end
-    assert first_reply_end(episode("a", [5, 6], [0, 0])) is None
+    assert episode("a", [5, 6, 7, 8, 9, 10], [0, 0, 1, 1, 0, 1]).replies()[0][1] == 4
+    assert episode("a", [5, 6, 7], [0, 1, 1]).replies()[0][1] == 3  # the reply runs to the end
+    assert episode("a", [5, 6], [0, 0]).replies() == []
 
 
 # One turn replayed per item: prompt 1 2, reply 3 4 (and for "b": prompt 1 5, reply 6).
@@ -47,8 +47,8 @@ def test_a_file_with_fewer_samples_than_the_validation_plays_is_refused():
 
 
 def test_replies_are_the_runs_of_generated_tokens():
-    assert generated_spans(episode("a", list(range(9)), [0, 1, 1, 0, 0, 1, 0, 1, 1])) == [2, 1, 2]
-    assert generated_spans(episode("a", [1, 2], [0, 0])) == []
+    assert episode("a", list(range(9)), [0, 1, 1, 0, 0, 1, 0, 1, 1]).replies() == [(1, 3), (5, 6), (7, 9)]
+    assert episode("a", [1, 2], [0, 0]).replies() == []
 
 
 def test_a_file_is_refused_before_any_replay_when_its_shape_cannot_be_this_runs_step_0():

@@ -73,6 +73,18 @@ class Trajectory:
     def turns(self) -> int:
         return len(self.turn_rewards)
 
+    def replies(self) -> list[tuple[int, int]]:
+        """(start, end) in `input_ids` of each reply the model generated: the runs of 1s in the
+        loss mask, in order."""
+        spans, start = [], None
+        for index, trained in enumerate([*self.loss_mask, 0]):
+            if trained and start is None:
+                start = index
+            elif not trained and start is not None:
+                spans.append((start, index))
+                start = None
+        return spans
+
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)
         record["reward"] = self.reward

@@ -16,39 +16,17 @@ from ..errors import UserError
 from ..rollout.trajectory import Trajectory
 
 
-def first_reply_end(trajectory: Trajectory) -> int | None:
-    """The index just past the first reply the model generated in `trajectory` (the first run
-    of 1s in its loss mask); None when it generated nothing."""
-    mask = trajectory.loss_mask
-    start = next((i for i, m in enumerate(mask) if m), None)
-    if start is None:
-        return None
-    return next((i for i in range(start, len(mask)) if not mask[i]), len(mask))
-
-
-def generated_spans(trajectory: Trajectory) -> list[int]:
-    """The length of each reply the model generated in `trajectory` (each run of 1s in its loss mask)."""
-    spans, length = [], 0
-    for m in trajectory.loss_mask:
-        if m:
-            length += 1
-        elif length:
-            spans.append(length)
-            length = 0
-    return spans + ([length] if length else [])
-
-
 def check_file(saved: list[Trajectory], episodes: int, max_turns: int, max_new_tokens: int, source: str) -> None:
     """Raise `UserError` unless `saved` could be this run's step 0 by its shape alone: `episodes`
     episodes, none longer than `max_turns` turns, no reply longer than `max_new_tokens` tokens.
     Run before the replay, which costs the first turn of every item."""
     if len(saved) != episodes:
         raise UserError(f"train.baseline {source!r} holds {len(saved)} episodes; this run validates {episodes}")
-    turns = max((len(t.turn_rewards) for t in saved), default=0)
+    turns = max((t.turns for t in saved), default=0)
     if turns > max_turns:
         raise UserError(f"train.baseline {source!r} has episodes of {turns} turns; this run validates "
                         f"{max_turns} (eval.max_turns)")
-    reply = max((span for t in saved for span in generated_spans(t)), default=0)
+    reply = max((end - start for t in saved for start, end in t.replies()), default=0)
     if reply > max_new_tokens:
         raise UserError(f"train.baseline {source!r} has replies of {reply} tokens; this run's are at most "
                         f"{max_new_tokens} (rollout.max_new_tokens)")
@@ -86,10 +64,10 @@ def check_baseline(saved: list[Trajectory], replayed: list[Trajectory], samples:
         first.setdefault(key(trajectory), trajectory)
     differ = []
     for trajectory in replayed:
-        end = first_reply_end(trajectory)
-        kept = first[key(trajectory)]
-        if (end is None or first_reply_end(kept) != end or kept.input_ids[:end] != trajectory.input_ids[:end]
-                or kept.loss_mask[:end] != trajectory.loss_mask[:end]):
+        # The same first reply span and the same ids up to its end: so the same loss mask there too.
+        kept, opening = first[key(trajectory)], trajectory.replies()[:1]
+        end = opening[0][1] if opening else 0
+        if not opening or kept.replies()[:1] != opening or kept.input_ids[:end] != trajectory.input_ids[:end]:
             differ.append(f"{trajectory.env_id}/{trajectory.item_id}")
     if differ:
         raise UserError(f"train.baseline {source!r} does not open as this run plays: the first turn of "

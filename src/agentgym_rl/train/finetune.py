@@ -73,11 +73,6 @@ class SFTDataStats:
                 f"{self.too_long} over the token limit")
 
 
-def _turns(mask: list[int]) -> int:
-    """Runs of 1s in a loss mask: one per trained assistant turn."""
-    return sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
-
-
 def prepare_sft_data(trajectories: list[Trajectory], max_tokens: int,
                      encoder: ChatEncoder | None = None) -> tuple[list[Trajectory], SFTDataStats]:
     """Encode (when `encoder` is given) and keep the conversations that can be trained on.
@@ -105,7 +100,7 @@ def prepare_sft_data(trajectories: list[Trajectory], max_tokens: int,
         else:
             kept.append(t)
     stats = SFTDataStats(conversations=len(trajectories), kept=len(kept), no_loss=no_loss, too_long=too_long,
-                         trained_turns=sum(_turns(t.loss_mask) for t in kept),
+                         trained_turns=sum(len(t.replies()) for t in kept),
                          trained_tokens=sum(sum(t.loss_mask) for t in kept))
     return kept, stats
 

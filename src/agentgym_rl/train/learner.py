@@ -125,9 +125,9 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
                 hidden = tree_hidden_state(model, batch, trees)[:, :-1]
             else:
                 hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
-        if autocast is not None:
-            hidden = hidden.to(model.get_output_embeddings().weight.dtype)
         head = model.get_output_embeddings()
+        if autocast is not None:
+            hidden = hidden.to(head.weight.dtype)
         if wanted is None:
             width = max(1, chunk // (max(1, hidden.shape[0]) * head.weight.shape[0]))  # positions per chunk
             scores = _chunked_scores(head, hidden, targets, right, temperature, entropy, width)
