@@ -99,3 +99,14 @@ def test_sigkill_mid_rollout_then_resume_finishes_every_started_episode_once_as_
     b = load_file(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert not list((run_dir / "inflight").glob("*.journal"))  # the last checkpoint holds everything
+
+
+def test_a_journal_needs_checkpoints_to_resume_from(tmp_path):
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import not_alongside
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", _overrides(tmp_path, "none"))
+    assert not_alongside(config, world=1) is None
+    config.train.save_every = 0
+    assert not_alongside(config, world=1) == ("rollout.journal_every resumes a step from the run's checkpoints "
+                                              "and train.save_every=0 writes none: drop one of the two")

@@ -259,6 +259,29 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
+
+def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_env_registered, monkeypatch):
+    """`train.save_every=0` writes no checkpoint, even at a time limit, whose line then does not
+    offer `--resume`; a `--resume` says why it has nothing to go on from."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train import rl
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=none",
+        "train.steps=3", "train.validate_every=0", "train.save_every=0", "train.time_limit_min=1.5",
+        "warmup.episodes=0", "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1"])
+    minutes = iter(range(1000))
+    monkeypatch.setattr(rl, "_clock", lambda: 60.0 * next(minutes))
+    lines = []
+    RLTrainer(config, log=lines.append).fit()
+    assert "stopped after step 2 of 3: train.time_limit_min=1.5 reached (3.0 min); it wrote no checkpoint to " \
+           "go on from (train.save_every=0)" in lines
+    assert not (tmp_path / "none" / "checkpoints").exists()
+    with pytest.raises(UserError, match=r"it has no checkpoint yet \(train.save_every=0 writes none\)"):
+        RLTrainer(config, log=lines.append).fit(resume=True)
+
 def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_path, counter_env_registered):
     """`train.baseline`: a run given an earlier run's step-0 validation takes it (the same
     episodes, logged as step 0, the closing line paired with it) after replaying the first turn

@@ -129,8 +129,10 @@ class TrainLoopConfig:
     validate_every: NonNegative = 50
     """Evaluate on held-out items (the `eval` section) every k steps, and before the first
     (0 disables)."""
-    save_every: Positive = 100
-    """Write a checkpoint every k steps, and after the last."""
+    save_every: NonNegative = 100
+    """Write a checkpoint every k steps, and after the last. 0 writes none: a quick run of a
+    real model then leaves no 1.5 GB checkpoint (SmolLM2's weights and AdamW state), and can be
+    neither resumed nor evaluated with `eval --run`."""
     time_limit_min: NonNegativeFloat = 0.0
     """Stop after the first step that ends this many minutes after training began (0: no
     limit), as if it were the last: it validates (when `validate_every` is set) and saves, and

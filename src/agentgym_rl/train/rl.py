@@ -128,6 +128,9 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
         clash = next((name for name, present in clashes.items() if present), None) if on else None
         if clash:
             return f"{feature} does not run with {clash} yet: drop one of the two"
+    if config.rollout.journal_every and not config.train.save_every:
+        return "rollout.journal_every resumes a step from the run's checkpoints and train.save_every=0 writes none: " \
+               "drop one of the two"
     return None
 
 
@@ -329,9 +332,10 @@ class RLTrainer(Trainer):
         write cut short) is skipped with a warning for the one before it."""
         found = checkpoints(self.run_dir)
         if not found:
-            raise UserError(f"cannot resume {str(self.run_dir)!r}: it has no checkpoint yet (a run saves every "
-                            f"train.save_every={self.config.train.save_every} steps); start it again under a new "
-                            "run.name, or delete the folder")
+            every = self.config.train.save_every
+            raise UserError(f"cannot resume {str(self.run_dir)!r}: it has no checkpoint yet (" + (
+                f"a run saves every train.save_every={every} steps" if every else "train.save_every=0 writes none")
+                + "); start it again under a new run.name, or delete the folder")
         for checkpoint in reversed(found):
             try:
                 state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
@@ -400,7 +404,8 @@ class RLTrainer(Trainer):
                     self.val_policy.sync_weights(self.learner.model)
                 last_step = step + 1
                 out_of_time = self._out_of_time(fit_began) and last_step < cfg.train.steps
-                save = last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time
+                save = cfg.train.save_every > 0 and (
+                    last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time)
                 if not main:
                     if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
                         self.save(last_step)
@@ -434,8 +439,9 @@ class RLTrainer(Trainer):
                     self.save(last_step)
                 if out_of_time:
                     self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
-                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); "
-                             "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it")
+                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); " + (
+                                 "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
+                                 else "it wrote no checkpoint to go on from (train.save_every=0)"))
                     break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
                     ahead.publish(last_step, self.learner.trainable_state())
