@@ -178,6 +178,25 @@ def test_a_cut_off_metrics_line_is_skipped_by_resume_and_report(tmp_path, counte
     assert "ends in an unfinished line" in result.stderr
 
 
+
+def test_a_gzipped_lines_file_reads_as_the_plain_one_and_a_cut_one_is_one_line(tmp_path):
+    import gzip
+
+    from agentgym_rl.jsonlines import read_json_lines
+
+    text = '{"step": 1}\n\n{"step": 2, "x": [1, 2]}\n'
+    (tmp_path / "a.jsonl").write_text(text)
+    whole = gzip.compress(text.encode())
+    (tmp_path / "a.jsonl.gz").write_bytes(whole)
+    assert read_json_lines(tmp_path / "a.jsonl.gz") == read_json_lines(tmp_path / "a.jsonl") == [
+        {"step": 1}, {"step": 2, "x": [1, 2]}]
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(UserError, match=r"cut.jsonl.gz: not a whole gzip file \(Compressed file ended"):
+        read_json_lines(tmp_path / "cut.jsonl.gz")
+    (tmp_path / "plain.jsonl.gz").write_text(text)  # named .gz, never compressed
+    with pytest.raises(UserError, match="plain.jsonl.gz: not a whole gzip file .*Not a gzipped file"):
+        read_json_lines(tmp_path / "plain.jsonl.gz")
+
 def test_eval_of_a_run_passes_over_a_half_written_checkpoint(tmp_path, counter_env_registered):
     RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
     weights = tmp_path / "toy" / "checkpoints" / "step_000002" / "model" / "model.safetensors"

@@ -3,8 +3,10 @@ process killed mid-write leaves ending in half a line."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,11 +23,21 @@ def read_json_lines(path: str | Path, warn: Callable[[str], object] = warn_on_st
 
     A last line without its newline that does not parse is what a write cut short leaves: it
     is skipped with a warning (to `warn`; stderr by default). Any other line that does not
-    parse is a `UserError` naming the file and line.
+    parse is a `UserError` naming the file and line. A `.gz` file is read through gzip (e.g.
+    a validation's episodes kept as `train.baseline`).
     """
     source = Path(path)
+    if source.suffix == ".gz":
+        try:
+            return _read(gzip.open(source, "rt", encoding="utf-8", errors="replace"), source, warn)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+            raise UserError(f"{source}: not a whole gzip file ({error})") from None
+    return _read(source.open(encoding="utf-8", errors="replace"), source, warn)
+
+
+def _read(opened: Any, source: Path, warn: Callable[[str], object]) -> list[Any]:
     values = []
-    with source.open(encoding="utf-8", errors="replace") as lines:  # line by line: trajectory files grow large
+    with opened as lines:  # line by line: trajectory files grow large
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
