@@ -178,7 +178,6 @@ def test_a_cut_off_metrics_line_is_skipped_by_resume_and_report(tmp_path, counte
     assert "ends in an unfinished line" in result.stderr
 
 
-
 def test_a_gzipped_lines_file_reads_as_the_plain_one_and_a_cut_one_is_one_line(tmp_path):
     import gzip
 
@@ -196,6 +195,7 @@ def test_a_gzipped_lines_file_reads_as_the_plain_one_and_a_cut_one_is_one_line(t
     (tmp_path / "plain.jsonl.gz").write_text(text)  # named .gz, never compressed
     with pytest.raises(UserError, match="plain.jsonl.gz: not a whole gzip file .*Not a gzipped file"):
         read_json_lines(tmp_path / "plain.jsonl.gz")
+
 
 def test_eval_of_a_run_passes_over_a_half_written_checkpoint(tmp_path, counter_env_registered):
     RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()

@@ -259,7 +259,6 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     assert all(torch.equal(a[key], b[key]) for key in a)
 
 
-
 def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_env_registered, monkeypatch):
     """`train.save_every=0` writes no checkpoint, even at a time limit, whose line then does not
     offer `--resume`; a `--resume` says why it has nothing to go on from."""
@@ -281,6 +280,7 @@ def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_e
     assert not (tmp_path / "none" / "checkpoints").exists()
     with pytest.raises(UserError, match=r"it has no checkpoint yet \(train.save_every=0 writes none\)"):
         RLTrainer(config, log=lines.append).fit(resume=True)
+
 
 def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_path, counter_env_registered):
     """`train.baseline`: a run given an earlier run's step-0 validation takes it (the same

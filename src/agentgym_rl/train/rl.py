@@ -333,9 +333,9 @@ class RLTrainer(Trainer):
         found = checkpoints(self.run_dir)
         if not found:
             every = self.config.train.save_every
-            raise UserError(f"cannot resume {str(self.run_dir)!r}: it has no checkpoint yet (" + (
-                f"a run saves every train.save_every={every} steps" if every else "train.save_every=0 writes none")
-                + "); start it again under a new run.name, or delete the folder")
+            why = f"a run saves every train.save_every={every} steps" if every else "train.save_every=0 writes none"
+            raise UserError(f"cannot resume {str(self.run_dir)!r}: it has no checkpoint yet ({why}); start it again "
+                            "under a new run.name, or delete the folder")
         for checkpoint in reversed(found):
             try:
                 state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
@@ -438,10 +438,10 @@ class RLTrainer(Trainer):
                 if save:
                     self.save(last_step)
                 if out_of_time:
+                    then = ("`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
+                            else "it wrote no checkpoint to go on from (train.save_every=0)")
                     self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
-                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); " + (
-                                 "`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
-                                 else "it wrote no checkpoint to go on from (train.save_every=0)"))
+                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); {then}")
                     break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
                     ahead.publish(last_step, self.learner.trainable_state())
