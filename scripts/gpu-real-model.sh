@@ -10,6 +10,10 @@
 #   LIMIT   minutes (train.time_limit_min; default 0, none): the first step past them validates,
 #           saves and ends the run, so that a call with a time limit still ends with a test figure
 #   RUNS    the folder of the run (default runs/gpu-check; not $OUT, which the GPU machines set)
+#   SEEDS   seeds trained at once on the one GPU, e.g. "0 1 2" (default: one run, the recipe's seed):
+#           `agentgym-rl compare --jobs`, a process a seed, into RUNS/<recipe>_s<seed>, then the
+#           seeds' table with paired standard errors (RUNS/comparison.md); the KV-cache budget
+#           (rollout.kv_cache_mb, 32 GB for one run) is shared out, 72 GB in all
 #   KEEP    a folder (the GPU machine's $OUT) that receives run.tgz every 30 s and at the end:
 #           the run's config, metrics and validation episodes, without checkpoints and training
 #           trajectories (a call brings back at most 8 files, and nothing if it is killed mid-pipe)
@@ -32,15 +36,24 @@ LIMIT=${LIMIT:-0}
 CLI=("$PYTHON" -m agentgym_rl.cli)
 
 start=$SECONDS
-FOLDER=$("${CLI[@]}" models prepare "$MODEL")
+# `models prepare` takes a name or a .gguf file; a folder is used as it is.
+if [ -d "$MODEL" ]; then FOLDER=$MODEL; else FOLDER=$("${CLI[@]}" models prepare "$MODEL"); fi
 echo "== model folder $FOLDER ($((SECONDS - start)) s)"
 every=$(( (STEPS + 2) / 3 ))
-start=$SECONDS
+read -ra SEED_LIST <<< "${SEEDS:-}"
+KV_MB=32768
+[ "${#SEED_LIST[@]}" -gt 1 ] && KV_MB=$(( 73728 / ${#SEED_LIST[@]} ))
 # Every episode of a group in flight at once: the GPU holds their KV caches easily.
-"${CLI[@]}" train "$CONFIG" model.path="$FOLDER" run.device="$DEVICE" \
-    run.output_dir="$RUNS" run.name=smollm2 train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) \
-    train.save_every="$STEPS" train.time_limit_min="$LIMIT" schedule.every="$every" rollout.max_envs=0 \
-    rollout.kv_cache_mb=32768 "$@" &
+SETTINGS=(model.path="$FOLDER" run.device="$DEVICE" train.steps="$STEPS" train.validate_every=$(( STEPS / 2 ))
+          train.save_every="$STEPS" train.time_limit_min="$LIMIT" schedule.every="$every" rollout.max_envs=0
+          rollout.kv_cache_mb="$KV_MB" "$@")
+start=$SECONDS
+if [ "${#SEED_LIST[@]}" -gt 0 ]; then
+    seeds=$(IFS=,; echo "${SEED_LIST[*]}")
+    "${CLI[@]}" compare "$CONFIG" "${SETTINGS[@]}" --seeds "$seeds" --jobs "${#SEED_LIST[@]}" --out "$RUNS" &
+else
+    "${CLI[@]}" train "$CONFIG" "${SETTINGS[@]}" run.output_dir="$RUNS" run.name=smollm2 &
+fi
 TRAIN=$!
 pack() {
     [ -n "${KEEP:-}" ] || return 0
@@ -53,5 +66,5 @@ status=0
 wait "$TRAIN" || status=$?
 kill "$PACKER" 2>/dev/null || true
 pack
-echo "== the train command (at most $STEPS steps) ended after $((SECONDS - start)) s (exit $status)"
+echo "== training (at most $STEPS steps${SEEDS:+, seeds $SEEDS}) ended after $((SECONDS - start)) s (exit $status)"
 exit "$status"

@@ -9,13 +9,19 @@ from test_cli import run
 from test_env_e2e import TINY_RUN
 from test_train_e2e import REPO
 
-from agentgym_rl.eval.compare import format_comparison, summarize_runs
+from agentgym_rl.eval.compare import format_comparison, format_each_run, summarize_each_run, summarize_runs
+from agentgym_rl.rollout.trajectory import Trajectory, save_trajectories
 
 
-def _fake_run(folder, curve):
+def _fake_run(folder, curve, items=None):
+    """A run folder with a validation curve and, given `items` (step → per-item successes),
+    its validation episodes."""
     folder.mkdir(parents=True)
     rows = [{"step": step, "val/success": value} for step, value in curve.items()]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step, successes in (items or {}).items():
+        episodes = [Trajectory("babyai", f"babyai_{i}", "GoTo", success=s) for i, s in enumerate(successes)]
+        save_trajectories(episodes, folder / "validation" / f"step_{step:06d}.jsonl")
     return folder
 
 
@@ -28,25 +34,61 @@ def test_summary_over_seeds(tmp_path):
     assert a["change"] == pytest.approx(0.3) and a["best"] == pytest.approx(0.5) and a["seeds"] == 2
     assert b["start"] == 0.5 and b["final"] == 0.4 and b["change"] == pytest.approx(-0.1) and b["best"] == 0.5
     table = format_comparison([a, b], episodes=90)
-    assert "| a | 2 | 20.0 | 50.0 ± 14.1 | +30.0 | 50.0 |" in table
-    assert "| b | 1 | 50.0 | 40.0 | -10.0 | 50.0 |" in table
+    assert "| a | 2 | 20.0 | 50.0 ± 14.1 | +30.0 | – | 50.0 |" in table  # no validation episodes: no pairs
+    assert "| b | 1 | 50.0 | 40.0 | -10.0 | – | 50.0 |" in table
+
+
+def test_paired_change_averages_the_seeds_item_by_item(tmp_path):
+    start = [1, 0, 0, 0]  # greedy: every seed's step 0 is the same
+    runs = {"a": [_fake_run(tmp_path / "a_s0", {0: 0.25, 2: 0.5}, {0: start, 2: [1, 1, 0, 0]}),
+                  _fake_run(tmp_path / "a_s1", {0: 0.25, 2: 0.5}, {0: start, 2: [0, 1, 1, 0]})]}
+    (row,) = summarize_runs(runs)
+    # per item, after averaged over seeds: 0.5, 1, 0.5, 0 -> differences -0.5, 1, 0.5, 0: mean 0.25,
+    # sample variance (0.75² + 0.75² + 0.25² + 0.25²) / 3 = 0.41667, SE sqrt(0.41667 / 4) = 0.32275
+    assert row["paired"]["change"] == pytest.approx(0.25) and row["paired"]["error"] == pytest.approx(0.32275, abs=1e-5)
+    assert (row["paired"]["gained"], row["paired"]["lost"], row["paired"]["items"]) == (2, 1, 4)
+    assert "| a | 2 | 25.0 | 50.0 ± 0.0 | +25.0 | 32.3 | 50.0 |" in format_comparison([row])
+    s0, s1 = summarize_each_run(runs)
+    # s0: differences 0, 1, 0, 0 -> mean 0.25, variance (3 · 0.25² + 0.75²) / 3 = 0.25, SE 0.25;
+    # s1: -1, 1, 1, 0 -> mean 0.25, variance (1.25² + 2 · 0.75² + 0.25²) / 3 = 0.91667, SE 0.47871
+    assert s0["error"] == pytest.approx(0.25) and s1["error"] == pytest.approx(0.47871, abs=1e-5)
+    each = format_each_run([s0, s1])
+    assert "| a_s0 | 25.0 | 50.0 | +25.0 | 1 | 0 | 25.0 |" in each
+    assert "| a_s1 | 25.0 | 50.0 | +25.0 | 2 | 1 | 47.9 |" in each
+    # a seed validated on other items cannot be paired with the rest
+    runs["a"].append(_fake_run(tmp_path / "a_s2", {0: 0.0, 2: 0.0}, {0: [0, 0], 2: [0, 0]}))
+    assert summarize_runs(runs)[0]["paired"] is None
 
 
 @pytest.mark.slow
 def test_compare_command_trains_each_config_and_seed_once(tmp_path):
     args = ["compare", str(REPO / "configs" / "babyai_grpo.yaml"), str(REPO / "configs" / "babyai_rloo.yaml"),
-            *TINY_RUN, "train.steps=1", "--seeds", "0,1", "--out", str(tmp_path),
+            *TINY_RUN, "train.steps=1", "--out", str(tmp_path),
             "--set", "train.validate_every=1"]  # bare overrides as train takes them; --set still works
-    result = run(*args)
+    result = run(*args, "--seeds", "0")  # in this process
     assert "--set is deprecated" in result.stderr
     assert result.returncode == 0, result.stderr[-3000:]
+    # seed 0 is done; seed 1 trains in two processes at once
+    again = run(*args, "--seeds", "0,1", "--jobs", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("already complete") == 2 and again.stdout.count("in process") == 2
     table = (tmp_path / "comparison.md").read_text()
     assert "| babyai_grpo | 2 |" in table and "| babyai_rloo | 2 |" in table
+    for name in ["babyai_grpo_s0", "babyai_grpo_s1", "babyai_rloo_s0", "babyai_rloo_s1"]:
+        assert f"| {name} |" in table  # validated at steps 0 and 1: paired per run
     assert (tmp_path / "comparison.png").is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
         "babyai_grpo_s0", "babyai_grpo_s1", "babyai_rloo_s0", "babyai_rloo_s1"]
-    again = run(*args)
-    assert again.returncode == 0 and again.stdout.count("already complete") == 4
+    assert "step 1" in (tmp_path / "babyai_rloo_s1.log").read_text()  # the process's console
+
+
+def test_compare_names_the_runs_that_failed_in_their_processes(tmp_path):
+    result = run("compare", str(REPO / "configs" / "babyai_grpo.yaml"), *TINY_RUN, f"model.path={tmp_path / 'none'}",
+                 "--seeds", "0,1", "--jobs", "2", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: 2 of 2 runs failed: babyai_grpo_s0 (exit 2: error: ") and "none" in error
+    assert str(tmp_path / "out" / "babyai_grpo_s1.log") in error
 
 
 def test_compare_rejects_bad_input(tmp_path):
@@ -56,3 +98,5 @@ def test_compare_rejects_bad_input(tmp_path):
     assert result.returncode == 2 and "--seeds" in result.stderr
     result = run("compare", "train.steps=1")
     assert result.returncode == 2 and "at least one config file" in result.stderr
+    result = run("compare", str(REPO / "configs" / "babyai_grpo.yaml"), "--jobs", "0")
+    assert result.returncode == 2 and "--jobs must be at least 1" in result.stderr

@@ -518,6 +518,8 @@ def compare(
                                       "key=value overrides applied to every one, e.g. train.steps=40."),
     seeds: str = typer.Option("0", help="Comma-separated seeds; every config runs with each."),
     out: Path = typer.Option(Path("runs/compare"), help="Folder of the runs, the table and the plot."),
+    jobs: int = typer.Option(1, help="Runs trained at once, each its own process with its console in "
+                             "OUT/RUN.log (seeds of a small model sharing a GPU; on a CPU they share the cores)."),
     override: Optional[List[str]] = typer.Option(None, "--set", help="The same as a bare key=value (kept for "
                                                  "older commands; deprecated)."),
 ) -> None:
@@ -539,7 +541,7 @@ def compare(
     for path in configs:
         if not path.is_file():
             raise UserError(f"config file {str(path)!r} does not exist")
-    run_comparison(configs, seed_list, [*overrides, *(override or [])], out)
+    run_comparison(configs, seed_list, [*overrides, *(override or [])], out, jobs=jobs)
 
 
 # ------------------------------------------------------------------------ imitation learning

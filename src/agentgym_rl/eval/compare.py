@@ -1,5 +1,6 @@
 """Comparing finished runs: validation success per step, averaged over seeds, as a table
-and a plot. Reads run folders only (`metrics.jsonl`), so it works on any runs."""
+and a plot, and the first validation against the last item by item where the runs kept their
+episodes. Reads run folders only (`metrics.jsonl`, `validation/`), so it works on any runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..rollout.trajectory import load_trajectories
 from ..runs import read_metrics
+from .metrics import item_success, paired_difference
 
 
 def validation_curve(run_dir: str | Path) -> dict[int, float]:
@@ -15,9 +18,40 @@ def validation_curve(run_dir: str | Path) -> dict[int, float]:
     return {row["step"]: row["val/success"] for row in read_metrics(run_dir) if "val/success" in row}
 
 
+def first_and_last_items(run_dir: str | Path) -> tuple[dict[str, float], dict[str, float]] | None:
+    """Each item's success in a run's first and last validation (`validation/step_*.jsonl`,
+    written when `train.save_trajectories` is on), or None without two validations of the same
+    items."""
+    files = sorted((Path(run_dir) / "validation").glob("step_*.jsonl"))
+    if len(files) < 2:
+        return None
+    first, last = (item_success(load_trajectories(path)) for path in (files[0], files[-1]))
+    return (first, last) if set(first) == set(last) else None
+
+
+def paired_change(folders: list[Path]) -> dict[str, Any] | None:
+    """The first validation against the last over the same items, seeds averaged item by item
+    (`paired_difference` of the per-item means): the change, its paired standard error, the
+    items that gained and lost, and how many items. None unless every run has both validations
+    of one shared set of items.
+
+    With greedy validation every seed starts from the same step-0 results, so averaging the
+    seeds per item keeps the pairing: the error counts item-to-item spread, not seed noise alone.
+    """
+    pairs = [first_and_last_items(folder) for folder in folders]
+    if not pairs or any(p is None for p in pairs) or len({frozenset(p[0]) for p in pairs}) != 1:
+        return None
+    items = sorted(pairs[0][0])
+    before = {i: sum(p[0][i] for p in pairs) / len(pairs) for i in items}
+    after = {i: sum(p[1][i] for p in pairs) / len(pairs) for i in items}
+    delta, error, gained, lost = paired_difference(before, after)
+    return {"change": delta, "error": error, "gained": gained, "lost": lost, "items": len(items)}
+
+
 def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
     """One row per label: start and final validation success (mean and sample std over seeds),
-    the change, and the best step's mean.
+    the change, the best step's mean, and the change item by item (`paired_change`, None
+    without validation episodes).
 
     Args:
         runs: label → run folders (one per seed) of that configuration.
@@ -38,23 +72,51 @@ def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
             "start": _mean(starts), "final": _mean(finals), "final_std": _std(finals),
             "change": _mean([f - s for f, s in zip(finals, starts)]),
             "best": max(means.values()) if means else float("nan"),
+            "paired": paired_change(folders),
         })
+    return rows
+
+
+def summarize_each_run(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
+    """One row per run folder with validation episodes: its `paired_change` with itself alone,
+    and its first and last success."""
+    rows = []
+    for folders in runs.values():
+        for folder in folders:
+            paired = paired_change([folder])
+            if paired is not None:
+                first, last = first_and_last_items(folder)
+                rows.append({"run": Path(folder).name, "start": _mean(list(first.values())),
+                             "final": _mean(list(last.values())), **paired})
     return rows
 
 
 def format_comparison(rows: list[dict[str, Any]], episodes: int | None = None) -> str:
     """A Markdown table of `summarize_runs` rows (success in %)."""
-    lines = ["| algorithm | seeds | start | final (mean ± std) | change | best step mean |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| algorithm | seeds | start | final (mean ± std) | change | paired SE | best step mean |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["seeds"]:
-            lines.append(f"| {r['label']} | 0 | – | – | – | – |")
+            lines.append(f"| {r['label']} | 0 | – | – | – | – | – |")
             continue
         spread = "" if r["seeds"] < 2 else f" ± {100 * r['final_std']:.1f}"
+        error = "–" if r.get("paired") is None else f"{100 * r['paired']['error']:.1f}"
         lines.append(f"| {r['label']} | {r['seeds']} | {100 * r['start']:.1f} | {100 * r['final']:.1f}{spread} "
-                     f"| {100 * r['change']:+.1f} | {100 * r['best']:.1f} |")
+                     f"| {100 * r['change']:+.1f} | {error} | {100 * r['best']:.1f} |")
     if episodes:
-        lines.append(f"\nSuccess in % on {episodes} validation items; start = step 0, final = last validation.")
+        lines.append(f"\nSuccess in % on {episodes} validation items; start = step 0, final = last validation; "
+                     "paired SE: the change's standard error over the items, seeds averaged item by item.")
+    return "\n".join(lines)
+
+
+def format_each_run(rows: list[dict[str, Any]]) -> str:
+    """A Markdown table of `summarize_each_run` rows (success in %), or "" without any."""
+    if not rows:
+        return ""
+    lines = ["| run | start | final | change | items gained | items lost | paired SE |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['run']} | {100 * r['start']:.1f} | {100 * r['final']:.1f} | {100 * r['change']:+.1f} "
+              f"| {r['gained']} | {r['lost']} | {100 * r['error']:.1f} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -80,7 +142,8 @@ def plot_comparison(runs: dict[str, list[Path]], out: str | Path) -> Path:
     ax.set_ylabel("validation success")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:  # no run has a validation yet (all failed early): an empty plot, no legend
+        ax.legend()
     fig.tight_layout()
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,51 +2,135 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..config import RLConfig, load_config
 from ..errors import UserError
-from ..eval.compare import format_comparison, plot_comparison, summarize_runs
+from ..eval.compare import format_comparison, format_each_run, plot_comparison, summarize_each_run, summarize_runs
 from ..runs import checkpoint_step, latest_checkpoint
 from .rl import RLTrainer
 
+POLL_S = 1.0
+"""How often `train_in_processes` looks for runs that ended."""
 
-def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], out_dir: Path,
+
+@dataclass
+class PlannedRun:
+    """One (config, seed) of a comparison still to train."""
+
+    config_file: Path
+    overrides: list[str]
+    """Every override of the run, its seed, folder and name included."""
+    config: RLConfig
+    resume: bool
+    """An earlier, unfinished invocation left a checkpoint: go on from it."""
+
+
+def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], out_dir: Path, jobs: int = 1,
                    log: Callable[[str], Any] = print) -> dict[str, Any]:
     """Train every config with every seed into `out_dir/<config>_s<seed>`, then write
     `out_dir/comparison.md` and `out_dir/comparison.png`.
 
     The overrides apply to every run (e.g. a shared warm-started model:
     `model.path=... warmup.episodes=0`). A run whose last checkpoint is already at its final
-    step is not trained again, so an interrupted comparison can be restarted.
+    step is not trained again, so an interrupted comparison can be restarted. With `jobs` > 1
+    the runs train as separate processes, that many at once (`train_in_processes`); runs that
+    failed are named in a `UserError` after the table of the others is written.
     """
     if not configs:
         raise UserError("give at least one config file")
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
     labels = [Path(c).stem for c in configs]
     if len(set(labels)) != len(labels):
         raise UserError("config file names must differ (they name the runs)")
     runs: dict[str, list[Path]] = {}
     planned = []
+    episodes = None
     for path, label in zip(configs, labels):
         for seed in seeds:
-            config = load_config(RLConfig, path, [*overrides, f"run.seed={seed}", f"run.output_dir={out_dir}",
-                                                  f"run.name={label}_s{seed}"])
-            planned.append((label, config))
-    episodes = None
-    for label, config in planned:
-        runs.setdefault(label, []).append(config.run.dir)
-        episodes = config.eval.episodes
-        last = latest_checkpoint(config.run.dir)
-        if last is not None and checkpoint_step(last) >= config.train.steps:
-            log(f"{config.run.dir}: already complete, not retrained")
-            continue
-        log(f"training {config.run.dir} ({config.algo.name}, seed {config.run.seed})")
-        RLTrainer(config, log=log).fit(resume=last is not None)
+            run_overrides = [*overrides, f"run.seed={seed}", f"run.output_dir={out_dir}", f"run.name={label}_s{seed}"]
+            config = load_config(RLConfig, path, run_overrides)
+            runs.setdefault(label, []).append(config.run.dir)
+            episodes = config.eval.episodes
+            last = latest_checkpoint(config.run.dir)
+            if last is not None and checkpoint_step(last) >= config.train.steps:
+                log(f"{config.run.dir}: already complete, not retrained")
+                continue
+            planned.append(PlannedRun(Path(path), run_overrides, config, resume=last is not None))
+    failed = []
+    if jobs == 1:
+        for run in planned:
+            log(f"training {run.config.run.dir} ({run.config.algo.name}, seed {run.config.run.seed})")
+            RLTrainer(run.config, log=log).fit(resume=run.resume)
+    else:
+        failed = train_in_processes(planned, jobs, log)
     rows = summarize_runs(runs)
     table = format_comparison(rows, episodes)
-    (out_dir / "comparison.md").write_text(table + "\n")
+    each = format_each_run(summarize_each_run(runs))
+    (out_dir / "comparison.md").write_text(table + "\n" + (f"\n{each}\n" if each else ""))
     image = plot_comparison(runs, out_dir / "comparison.png")
-    log("\n" + table)
+    log("\n" + table + (f"\n\n{each}" if each else ""))
     log(f"table: {out_dir / 'comparison.md'}  plot: {image}")
+    if failed:
+        raise UserError(f"{len(failed)} of {len(planned)} runs failed: " + "; ".join(failed))
     return {"rows": rows, "table": table, "plot": str(image)}
+
+
+def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str], Any] = print) -> list[str]:
+    """Train each run as its own `agentgym-rl train` process, at most `jobs` at once, each
+    writing its console to `<run folder>.log`; returns a line for each run that failed.
+
+    Meant for the seeds of a small model on one large GPU, of whose memory one run uses a small
+    part (SmolLM2-135M's runs peak at ~10 GB). On a CPU the processes share its cores: unless
+    OMP_NUM_THREADS is set, each gets an equal share of them. Interrupted, it stops them all.
+    """
+    from ..progress import progress_bar
+
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    waiting, running, failed = list(planned), {}, []
+    try:
+        with progress_bar(total=len(planned), desc="runs", unit="run") as bar:
+            while waiting or running:
+                while waiting and len(running) < jobs:
+                    run = waiting.pop(0)
+                    folder = run.config.run.dir
+                    folder.parent.mkdir(parents=True, exist_ok=True)
+                    console = open(folder.parent / f"{folder.name}.log", "a")
+                    command = [sys.executable, "-m", "agentgym_rl.cli", "train", str(run.config_file),
+                               *run.overrides, *(["--resume"] if run.resume else [])]
+                    process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT, env=env)
+                    running[process] = (folder, console, time.monotonic())
+                    log(f"training {folder} ({run.config.algo.name}, seed {run.config.run.seed}) in process "
+                        f"{process.pid}; its console: {console.name}")
+                time.sleep(POLL_S)
+                for process in [p for p in running if p.poll() is not None]:
+                    folder, console, began = running.pop(process)
+                    console.close()
+                    bar.update()
+                    if process.returncode:
+                        failed.append(f"{folder.name} (exit {process.returncode}: {_last_line(console.name)}; "
+                                      f"log {console.name})")
+                        log(f"{folder}: failed, exit {process.returncode}")
+                    else:
+                        log(f"{folder}: trained in {time.monotonic() - began:.0f} s")
+    finally:
+        for process, (_, console, _) in running.items():
+            process.terminate()
+            process.wait()
+            console.close()
+    return failed
+
+
+def _last_line(path: str) -> str:
+    """The last non-empty line of a run's console (its `error:` line when it stopped on one)."""
+    with open(path, errors="replace") as handle:
+        lines = [line.strip() for line in handle if line.strip()]
+    return lines[-1] if lines else "no output"
