@@ -282,6 +282,30 @@ def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_e
         RLTrainer(config, log=lines.append).fit(resume=True)
 
 
+def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monkeypatch):
+    """A step that saves does so before its validation: a validation cut short (SmolLM2's takes
+    40 minutes or more on a CPU) leaves the step's checkpoint to evaluate or go on from."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
+        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=cut",
+        "train.steps=1", "train.validate_every=1", "train.save_every=1", "warmup.episodes=0",
+        "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1"])
+    trainer = RLTrainer(config, log=lambda line: None)
+    played = trainer.validate
+
+    def validate(step):
+        if step == 1:
+            raise KeyboardInterrupt  # the validation after step 1, interrupted
+        return played(step)
+
+    monkeypatch.setattr(trainer, "validate", validate)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()
+    assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step_000001"]
+
+
 def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_path, counter_env_registered):
     """`train.baseline`: a run given an earlier run's step-0 validation takes it (the same
     episodes, logged as step 0, the closing line paired with it) after replaying the first turn

@@ -135,7 +135,7 @@ class TrainLoopConfig:
     neither resumed nor evaluated with `eval --run`."""
     time_limit_min: NonNegativeFloat = 0.0
     """Stop after the first step that ends this many minutes after training began (0: no
-    limit), as if it were the last: it validates (when `validate_every` is set) and saves, and
+    limit), as if it were the last: it saves and (when `validate_every` is set) validates, and
     `train --resume` goes on from it, with the limit counted afresh. For jobs with a wall-time
     limit: the step in progress, the validation and the save still run past it."""
     save_trajectories: bool = True

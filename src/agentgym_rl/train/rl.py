@@ -432,11 +432,11 @@ class RLTrainer(Trainer):
                     self.log(f"step {last_step}: no update: {reason}")
                 if cfg.train.save_trajectories:
                     save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{last_step:06d}.jsonl")
+                if save:  # before the validation, which may take longer than the step (SmolLM2 on a CPU: 40 min+)
+                    self.save(last_step)
                 if cfg.train.validate_every and cfg.eval.episodes and (
                         last_step % cfg.train.validate_every == 0 or out_of_time):
                     validations.append(self.validate(last_step))
-                if save:
-                    self.save(last_step)
                 if out_of_time:
                     then = ("`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
                             else "it wrote no checkpoint to go on from (train.save_every=0)")
