@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # SmolLM2-135M-Instruct trained by GRPO on BabyAI on a GPU, from the instruct model, no SFT
-# (docs/SCALING.md, "The GPU check"): a SmolLM2 BabyAI recipe (CONFIG), shortened to
-# STEPS steps, validated greedily on the 90 test items before, midway and after.
+# (docs/SCALING.md, "The GPU check"): a SmolLM2 BabyAI recipe (CONFIG) on the GPU, every episode
+# of a step in flight, validated greedily on the 90 test items.
 #   CONFIG  the recipe (default configs/smollm2_babyai_grpo.yaml, replies continued from "Action:";
-#           configs/smollm2_babyai_grpo_free.yaml: free replies after a worked example)
+#           configs/smollm2_babyai_grpo_free.yaml: free replies after a worked example;
+#           configs/gpu/smollm2_*_study.yaml: the settings of the H200 studies, run as they are)
 #   MODEL   a named model, a .gguf file or a model folder (default smollm2-135m-instruct; the
 #           wheel that holds it is too large to travel to the GPU machines, so give its .gguf)
-#   STEPS   GRPO steps (default 20), the recipe's horizons [4, 8, 12] spread over them
+#   STEPS   GRPO steps, the recipe's horizons spread over them, validated before, midway and after
+#           (default: the config's own steps, schedule and validation)
 #   LIMIT   minutes (train.time_limit_min; default 0, none): the first step past them validates,
 #           saves and ends the run, so that a call with a time limit still ends with a test figure
 #   RUNS    the folder of the run (default runs/gpu-check; not $OUT, which the GPU machines set)
@@ -29,7 +31,7 @@ RUNS=${RUNS:-runs/gpu-check}
 DEVICE=${DEVICE:-cuda}
 CONFIG=${CONFIG:-configs/smollm2_babyai_grpo.yaml}
 MODEL=${MODEL:-smollm2-135m-instruct}
-STEPS=${STEPS:-20}
+STEPS=${STEPS:-}
 LIMIT=${LIMIT:-0}
 [ -d "$SITE" ] && export PYTHONPATH="$SITE:$PWD/src${PYTHONPATH:+:$PYTHONPATH}" \
     || export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -39,14 +41,15 @@ start=$SECONDS
 # `models prepare` takes a name or a .gguf file; a folder is used as it is.
 if [ -d "$MODEL" ]; then FOLDER=$MODEL; else FOLDER=$("${CLI[@]}" models prepare "$MODEL"); fi
 echo "== model folder $FOLDER ($((SECONDS - start)) s)"
-every=$(( (STEPS + 2) / 3 ))
 read -ra SEED_LIST <<< "${SEEDS:-}"
 KV_MB=32768
 [ "${#SEED_LIST[@]}" -gt 1 ] && KV_MB=$(( 73728 / ${#SEED_LIST[@]} ))
 # Every episode of a group in flight at once: the GPU holds their KV caches easily.
-SETTINGS=(model.path="$FOLDER" run.device="$DEVICE" train.steps="$STEPS" train.validate_every=$(( STEPS / 2 ))
-          train.save_every="$STEPS" train.time_limit_min="$LIMIT" schedule.every="$every" rollout.max_envs=0
-          rollout.kv_cache_mb="$KV_MB" "$@")
+SETTINGS=(model.path="$FOLDER" run.device="$DEVICE" train.time_limit_min="$LIMIT" rollout.max_envs=0
+          rollout.kv_cache_mb="$KV_MB")
+[ -n "$STEPS" ] && SETTINGS+=(train.steps="$STEPS" train.validate_every=$(( STEPS / 2 )) train.save_every="$STEPS"
+                              schedule.every=$(( (STEPS + 2) / 3 )))
+SETTINGS+=("$@")
 start=$SECONDS
 if [ "${#SEED_LIST[@]}" -gt 0 ]; then
     seeds=$(IFS=,; echo "${SEED_LIST[*]}")
@@ -66,5 +69,5 @@ status=0
 wait "$TRAIN" || status=$?
 kill "$PACKER" 2>/dev/null || true
 pack
-echo "== training (at most $STEPS steps${SEEDS:+, seeds $SEEDS}) ended after $((SECONDS - start)) s (exit $status)"
+echo "== training (steps: ${STEPS:-as configured}${SEEDS:+; seeds $SEEDS}) ended after $((SECONDS - start)) s (exit $status)"
 exit "$status"
