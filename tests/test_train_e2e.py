@@ -27,6 +27,18 @@ TINY = [
 ]
 
 
+def toy_config(tmp_path: Path, *overrides: str, env: str = "counter", name: str = "toy",
+               recipe: str = "babyai_grpo"):
+    """The RL config of the tiny model, no warm-up, on a toy counter game (`counter_env_registered`;
+    `counter_any_case` also takes the answer in any case): `recipe` with the TINY settings, then
+    `overrides`."""
+    from agentgym_rl.config import RLConfig, load_config
+
+    return load_config(RLConfig, REPO / "configs" / f"{recipe}.yaml", [
+        *TINY, f"env.id={env}", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
+        "warmup.episodes=0", "model.corpus_episodes=6", *overrides])
+
+
 def train(tmp_path: Path, name: str, *extra: str, resume: bool = False, config: str = "babyai_grpo.yaml"):
     return train_with_output(tmp_path, name, *extra, resume=resume, config=config)[0]
 
@@ -127,12 +139,10 @@ def test_every_algorithm_updates_the_policy(tmp_path, counter_env_registered, al
     """On the toy env read in any case (`conftest.AnyCaseCounterEnv`), groups of 6 differ in
     reward even for an untrained model (shaped reward; measured: one group of two in each step),
     so every algorithm must update."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / f"babyai_{algorithm}.yaml", [
-        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "train.steps=2",
-        "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6", "algo.group_size=6"])
+    config = toy_config(tmp_path, "train.steps=2", "train.validate_every=0", "algo.group_size=6",
+                        env="counter_any_case", recipe=f"babyai_{algorithm}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
@@ -146,13 +156,10 @@ def test_every_algorithm_updates_the_policy(tmp_path, counter_env_registered, al
 
 
 def test_max_kl_skips_updates(tmp_path, counter_env_registered):
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "train.steps=2",
-        "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6", "algo.epochs=3",
-        "algo.minibatch_size=1", "optim.lr=0.05", "algo.max_kl=1e-9"])
+    config = toy_config(tmp_path, "train.steps=2", "train.validate_every=0", "algo.epochs=3", "algo.minibatch_size=1",
+                        "optim.lr=0.05", "algo.max_kl=1e-9", env="counter_any_case")
     RLTrainer(config, log=lambda _: None).fit()
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     # The first minibatch of a step is on-policy (KL 0); the ones after an update are not. (A step
@@ -170,14 +177,11 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     same weights, same sampled trajectories, same metrics. The PPO case also restores a
     value head, a LoRA adapter over its base, and an adaptive KL coefficient. Generation is
     pinned to one thread: a count chosen by timing would change float rounding with the load."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, steps, resume=False):
-        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-            *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
-            f"train.steps={steps}", "train.validate_every=0", "warmup.episodes=0", "model.corpus_episodes=6",
-            f"algo.name={algorithm}", "rollout.threads=1", *extra])
+        config = toy_config(tmp_path, f"train.steps={steps}", "train.validate_every=0", f"algo.name={algorithm}",
+                            "rollout.threads=1", *extra, name=name)
         RLTrainer(config, log=lambda _: None).fit(resume=resume)
         return tmp_path / name
 
@@ -215,16 +219,13 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     minute later each time, so a 1.5-minute limit stops after step 2 (and never, were it counted
     from the start of each step). Each invocation ends on a line pairing the run's first
     validation with its last."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.eval.metrics import change_sentence
     from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, *extra, resume=False):
-        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-            *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
-            "train.steps=4", "train.validate_every=4", "train.save_every=4", "warmup.episodes=0",
-            "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1", *extra])
+        config = toy_config(tmp_path, "train.steps=4", "train.validate_every=4", "train.save_every=4",
+                            "algo.group_size=6", "rollout.threads=1", *extra, env="counter_any_case", name=name)
         lines = []
         validations = RLTrainer(config, log=lines.append).fit(resume=resume)
         return tmp_path / name, lines, validations
@@ -262,15 +263,13 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
 def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_env_registered, monkeypatch):
     """`train.save_every=0` writes no checkpoint, even at a time limit, whose line then does not
     offer `--resume`; a `--resume` says why it has nothing to go on from."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.errors import UserError
     from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=none",
-        "train.steps=3", "train.validate_every=0", "train.save_every=0", "train.time_limit_min=1.5",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1"])
+    config = toy_config(tmp_path, "train.steps=3", "train.validate_every=0", "train.save_every=0",
+                        "train.time_limit_min=1.5", "algo.group_size=6", "rollout.threads=1", env="counter_any_case",
+                        name="none")
     minutes = iter(range(1000))
     monkeypatch.setattr(rl, "_clock", lambda: 60.0 * next(minutes))
     lines = []
@@ -285,13 +284,10 @@ def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_e
 def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monkeypatch):
     """A step that saves does so before its validation: a validation cut short (SmolLM2's takes
     40 minutes or more on a CPU) leaves the step's checkpoint to evaluate or go on from."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter_any_case", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=cut",
-        "train.steps=1", "train.validate_every=1", "train.save_every=1", "warmup.episodes=0",
-        "model.corpus_episodes=6", "algo.group_size=6", "rollout.threads=1"])
+    config = toy_config(tmp_path, "train.steps=1", "train.validate_every=1", "train.save_every=1",
+                        "algo.group_size=6", "rollout.threads=1", env="counter_any_case", name="cut")
     trainer = RLTrainer(config, log=lambda line: None)
     played = trainer.validate
 
@@ -311,14 +307,11 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
     episodes, logged as step 0, the closing line paired with it) after replaying the first turn
     of each item; a file whose first reply of one item was another is refused, and so is a
     sampled validation."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, *extra):
-        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-            *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
-            "train.steps=1", "train.validate_every=1", "warmup.episodes=0", "model.corpus_episodes=6",
-            "eval.episodes=3", "rollout.threads=1", *extra])
+        config = toy_config(tmp_path, "train.steps=1", "train.validate_every=1", "eval.episodes=3",
+                            "rollout.threads=1", *extra, name=name)
         lines = []
         validations = RLTrainer(config, log=lines.append).fit()
         return tmp_path / name, lines, validations
@@ -355,13 +348,10 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
 def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
     """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.
     Without a KL or value term the second group is skipped unless skip_zero_advantage=false."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}"])
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8],
@@ -387,13 +377,10 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     penalty of 0 the won episode's rejected turn (2 tokens) loses its positive advantage;
     with 0.5 every wrong token is pushed down, so the tied group is trained on too, and the
     advantages the loss sees are not the estimator's (`adv/token_abs_mean`)."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}"])
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
@@ -412,7 +399,6 @@ def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_regist
     """The trainer hands the policy loss the recipe's settings with the run's overrides
     (`algos.rl_objective`, by its keywords): clip-higher set in the config arrives as ε_high."""
     from agentgym_rl.algos import LOSS
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
@@ -425,9 +411,7 @@ def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_regist
         return ppo_clip(*args, **kwargs)
 
     monkeypatch.setitem(LOSS, "ppo_clip", recording)
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", "algo.clip_eps_high=0.28"])
+    config = toy_config(tmp_path, "algo.kl_coef=0", "algo.clip_eps_high=0.28")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1],
@@ -444,14 +428,11 @@ def test_truncated_importance_sampling_reweights_a_generator_that_differs(tmp_pa
     tokens half as likely): with algo.tis_cap 1.5 its weight is min(2, 1.5) = 1.5, the lost
     one's 1, so the first loss (ratios 1) is (2·(−a)·1.5 + 2·a·1)/4 = −a/4; without TIS the
     two cancel to 0. Weights taken the wrong way round (π_gen/π_old) would give +a/4."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.batch import collate
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", f"algo.tis_cap={cap or 'null'}"])
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.tis_cap={cap or 'null'}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1],
@@ -485,14 +466,10 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
     """A scripted policy: the two samples of an even task tie, an odd task's differ. With
     algo.dynamic_sampling 3, tied groups are replaced by new tasks until 4 groups have a
     spread, each refill drawn as a pure function of (seed, step, round); with 0, none are."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer, groups_with_reward_spread
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.tasks_per_step=4", "algo.group_size=2",
-        f"algo.dynamic_sampling={rounds}"])
+    config = toy_config(tmp_path, "algo.tasks_per_step=4", "algo.group_size=2", f"algo.dynamic_sampling={rounds}")
     trainer = RLTrainer(config, log=lambda _: None)
     calls = []
 
@@ -532,14 +509,10 @@ def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_
     """Every row's reply went wrong at position 1, where token 12 would have continued a
     listed action. Without a penalty the tied group has no advantage, yet the right-token
     term trains on it; and an update makes token 12 there more likely (a sign error fails)."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy",
-        "warmup.episodes=0", "model.corpus_episodes=6", "algo.kl_coef=0", "algo.right_token_coef=1.0",
-        "algo.epochs=1", "optim.lr=0.01"])
+    config = toy_config(tmp_path, "algo.kl_coef=0", "algo.right_token_coef=1.0", "algo.epochs=1", "optim.lr=0.01")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     assert trainer.engine.config.locate_wrong_tokens
@@ -559,14 +532,12 @@ def test_grpo_learns_the_toy_game(tmp_path, counter_env_registered, dtype):
     """The whole loop improves a policy: from a random tiny model, GRPO learns to say "count"
     (a sign or masking error anywhere in rollout → advantage → loss → update fails this), with
     the learner's trunk computing in float32 or bfloat16 (`optim.compute_dtype`)."""
-    from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [
-        *TINY, "env.id=counter", "env.kwargs={}", f"run.output_dir={tmp_path}", "run.name=toy", "warmup.episodes=0",
-        "model.corpus_episodes=6", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32",
-        "rollout.max_new_tokens=3", "schedule.horizons=[3]", "train.steps=40", "train.validate_every=0",
-        "train.save_every=100", "train.save_trajectories=false", "optim.lr=0.003", f"optim.compute_dtype={dtype}"])
+    config = toy_config(tmp_path, "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32",
+                        "rollout.max_new_tokens=3", "schedule.horizons=[3]", "train.steps=40",
+                        "train.validate_every=0", "train.save_every=100", "train.save_trajectories=false",
+                        "optim.lr=0.003", f"optim.compute_dtype={dtype}")
     RLTrainer(config, log=lambda _: None).fit()
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     first, last = rows[:10], rows[-10:]
