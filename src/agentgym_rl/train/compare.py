@@ -87,8 +87,8 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
     """Train each run as its own `agentgym-rl train` process, at most `jobs` at once, each
     writing its console to `<run folder>.log`; returns a line for each run that failed.
 
-    Meant for the seeds of a small model on one large GPU, of whose memory one run uses a small
-    part (SmolLM2-135M's runs peak at ~10 GB). On a CPU the processes share its cores: unless
+    Meant for the seeds of a small model on one large GPU, of which one run uses a small part
+    (a SmolLM2-135M run needed at most 9.6 GB on a CPU). On a CPU the processes share its cores: unless
     OMP_NUM_THREADS is set, each gets an equal share of them. Interrupted, it stops them all.
     """
     from ..progress import progress_bar
@@ -98,6 +98,13 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
     waiting, running, failed = list(planned), {}, []
     try:
         with progress_bar(total=len(planned), desc="runs", unit="run") as bar:
+            def say(line: str) -> None:
+                if bar.disable:
+                    log(line)
+                else:  # above the bar on a terminal, not into it
+                    with type(bar).external_write_mode():
+                        log(line)
+
             while waiting or running:
                 while waiting and len(running) < jobs:
                     run = waiting.pop(0)
@@ -108,7 +115,7 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
                                *run.overrides, *(["--resume"] if run.resume else [])]
                     process = subprocess.Popen(command, stdout=console, stderr=subprocess.STDOUT, env=env)
                     running[process] = (folder, console, time.monotonic())
-                    log(f"training {folder} ({run.config.algo.name}, seed {run.config.run.seed}) in process "
+                    say(f"training {folder} ({run.config.algo.name}, seed {run.config.run.seed}) in process "
                         f"{process.pid}; its console: {console.name}")
                 time.sleep(POLL_S)
                 for process in [p for p in running if p.poll() is not None]:
@@ -118,9 +125,9 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
                     if process.returncode:
                         failed.append(f"{folder.name} (exit {process.returncode}: {_last_line(console.name)}; "
                                       f"log {console.name})")
-                        log(f"{folder}: failed, exit {process.returncode}")
+                        say(f"{folder}: failed, exit {process.returncode}")
                     else:
-                        log(f"{folder}: trained in {time.monotonic() - began:.0f} s")
+                        say(f"{folder}: trained in {time.monotonic() - began:.0f} s")
     finally:
         for process, (_, console, _) in running.items():
             process.terminate()
