@@ -18,7 +18,7 @@ from agentgym_rl.envs.babyai.levels import CATEGORIES, LEVELS, babyai_tasks, ite
 from agentgym_rl.envs.babyai.render import describe, observe
 from agentgym_rl.envs.base import EnvExpert, EnvStateError
 from agentgym_rl.envs.checker import check_env
-from agentgym_rl.envs.parsing import drop_thought, extract_action, first_wrong_token, right_next_tokens
+from agentgym_rl.envs.parsing import action_token, drop_thought, extract_action, first_wrong_token, right_next_tokens
 from agentgym_rl.envs.wrappers import TurnLimit
 
 
@@ -309,6 +309,19 @@ def test_a_thought_without_an_action_line_went_wrong_where_the_action_line_shoul
         return "".join(tokens[i] for i in ids)
 
     assert first_wrong_token(list(range(len(tokens))), decode, ["turn left", "go to grey key 1"]) == expected
+
+
+@pytest.mark.parametrize("tokens, expected", [
+    (REPLY_TOKENS, 5),                      # " go" brings the action's first letter
+    (["Action", ": turn", " left"], 1),     # a token that also brings the line's colon
+    (["turn", " left"], 0),                 # a bare action
+    (["Action", ":", " "], None),           # an empty Action line: no action
+])
+def test_action_token_is_where_the_reply_chose_its_action(tokens, expected):
+    def decode(ids):
+        return "".join(tokens[i] for i in ids)
+
+    assert action_token(list(range(len(tokens))), decode) == expected
 
 
 WORDS = REPLY_TOKENS + [" green", " red", " ball", " pickup", " 10", " turn", " left"]

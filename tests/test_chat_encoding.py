@@ -84,6 +84,36 @@ def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
     assert_jump_and_look_up_located(trajectory, tokenizer)
 
 
+class IdlingCounterEnv(CounterEnv):
+    """CounterEnv that accepts "look left": a turn that leaves the state as it was."""
+
+    def step(self, action):
+        if "look left" in action:
+            return "You look left.", 0.0, False, False, {"success": False, "invalid_action": False,
+                                                        "state_key": str(self.count)}
+        return super().step(action)
+
+
+@pytest.mark.parametrize("locate", [True, False])
+def test_the_engine_records_turns_that_changed_nothing_and_where_their_action_began(locate):
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["Thought: where?\nAction: look left", "Action: count"],
+                                  encoder.end_of_turn_id)
+    engine = RolloutEngine(IdlingCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert trajectory.success and trajectory.state_keys == ["0", "0"]
+    assert trajectory.idle_turns == [0] and trajectory.invalid_turns == []
+    if not locate:
+        assert trajectory.idle_tokens == []
+        return
+    [look] = trajectory.idle_tokens
+    first_reply = trajectory.loss_mask.index(1)
+    assert trajectory.loss_mask[look] == 1
+    assert tokenizer.decode(trajectory.input_ids[first_reply:look]).rstrip().endswith("Action:")
+    assert tokenizer.decode(trajectory.input_ids[look:look + 1]).strip().startswith("l")
+
+
 def assert_jump_and_look_up_located(trajectory, tokenizer) -> None:
     """The wrong tokens of the replies "jump" then "look up" when "count", "look left" and
     "look right" are listed."""

@@ -395,6 +395,31 @@ def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path
     assert metrics["adv/adv_abs_mean"] == pytest.approx(2 * WON_ADVANTAGE / 4, rel=1e-4)  # the estimator's, per row
 
 
+@pytest.mark.parametrize("penalty,capped,trained,token_abs", [
+    ("null", None, 2, 8 * WON_ADVANTAGE / 16), (0.0, 2, 2, 6 * WON_ADVANTAGE / 16),
+    (0.5, 2, 4, (6 * WON_ADVANTAGE + 2) / 16)])
+def test_idle_turn_penalty_credits_an_accepted_turn_that_changed_nothing_as_a_rejected_one(
+        tmp_path, counter_env_registered, penalty, capped, trained, token_abs):
+    """The rows of the invalid-turn test above, their first turn accepted but idle (the state
+    key unchanged), its action beginning at position 1: the same advantages, the same counts."""
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.idle_turn_penalty={penalty}")
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
+                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
+                       turn_rewards=[0.0, reward], state_keys=["0", "0"], idle_turns=[0], idle_tokens=[1])
+            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
+    metrics = trainer.update(rows, step=0)
+    assert metrics.get("adv/idle_tokens_capped") == capped
+    assert metrics.get("adv/idle_turns", 0) == (0 if penalty == "null" else 4)
+    assert metrics["update/trajectories"] == trained
+    assert metrics["adv/token_abs_mean"] == pytest.approx(token_abs, rel=1e-4)
+
+
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):
     """The trainer hands the policy loss the recipe's settings with the run's overrides
     (`algos.rl_objective`, by its keywords): clip-higher set in the config arrives as ε_high."""

@@ -97,6 +97,12 @@ class AlgorithmSpec:
         "environment rejected gets min(A, 0) instead (such an action changed nothing, so a good outcome cannot "
         "credit it) from the token where its action first left every available action, and that token gets a "
         "further -p (`algos.discredit_turns`, `algos.penalize_tokens`).", ge=0)
+    idle_turn_penalty: float | None = setting(
+        None, "null: off. A number p >= 0: a turn whose action the environment accepted but that left it in a state "
+        "the episode had already been in (`Trajectory.idle_turns`, by the environment's state keys: BabyAI's \"go to "
+        "X\" with X reached already) gets min(A, 0) from the token its action begins at, and that token a further -p: "
+        "as invalid_turn_penalty does for rejected turns. Environments that give no state key have no idle turns.",
+        ge=0)
     # -- hyper-parameters of the loss terms (`algos.objective`)
     clip_eps: float = setting(0.2, "PPO's clip range ε of the importance ratio.", gt=0)
     clip_eps_high: float | None = setting(

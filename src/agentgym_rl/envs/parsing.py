@@ -87,6 +87,14 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     return _token_at(reply_ids, decode, start + matched)
 
 
+def action_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> int | None:
+    """Index of the reply token that brings the first character of its action ("go" in
+    "Thought: ...\nAction: go to red ball 1"): where the choice of action was made. None when
+    the reply holds no action that can be found in its text."""
+    _, start = _action_in(decode(reply_ids))
+    return _token_at(reply_ids, decode, start) if start >= 0 else None
+
+
 def _token_at(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str], char: int) -> int | None:
     """Index of the reply token that brings character `char` of the reply's text."""
     for k in range(len(reply_ids)):

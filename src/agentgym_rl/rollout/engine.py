@@ -26,7 +26,7 @@ from ..agent.sampling import episode_stream
 from ..config import RolloutConfig
 from ..envs import registry
 from ..envs.base import TextEnv
-from ..envs.parsing import first_wrong_token, right_next_tokens
+from ..envs.parsing import action_token, first_wrong_token, right_next_tokens
 from ..envs.tasks import Task
 from ..errors import UserError
 from .journal import Journal
@@ -435,9 +435,16 @@ class RolloutEngine:
                 record.wrong_tokens.append(episode.reply_start + wrong)
                 record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, decode,
                                                              policy.encoder.encode_text, actions))
+        turn = record.turns
         record.turn_rewards.append(float(reward))
         record.state_keys.append(episode.state_key)
         episode.state_key = str(info.get("state_key") or "")
+        if episode.state_key and episode.state_key in record.state_keys and not info.get("invalid_action", False):
+            record.idle_turns.append(turn)
+            decode = self._reply_decoder(policy) if locate else None
+            start = action_token(episode.reply_ids, decode) if decode else None
+            if start is not None:
+                record.idle_tokens.append(episode.reply_start + start)
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated
         record.truncated = truncated or (not terminated and record.turns >= max_turns)

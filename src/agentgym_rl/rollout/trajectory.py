@@ -39,6 +39,11 @@ class Trajectory:
             listed action there (`envs.parsing.right_next_tokens`; may be empty).
         state_keys: one per turn, the environment's name for the state its action was taken from
             (`info["state_key"]` of the reset or the step before), "" when it gives none.
+        idle_turns: turns (0-based) whose action the environment accepted but that left it in a
+            state the episode had already been in (by `info["state_key"]`: BabyAI's "go to X"
+            with X reached already, or a move undoing the one before).
+        idle_tokens: for idle turns, the index in `input_ids` of the token that begins the
+            action (`envs.parsing.action_token`; recorded with `RolloutConfig.locate_wrong_tokens`).
         error: why the episode failed to run (an exception in the env), else None.
         policy_version: in an RL run, how many updates the weights that sampled it had had
             (the step, unless `train.asynchronous` played it ahead with older ones).
@@ -61,6 +66,8 @@ class Trajectory:
     wrong_tokens: list[int] = field(default_factory=list)
     right_tokens: list[list[int]] = field(default_factory=list)
     state_keys: list[str] = field(default_factory=list)
+    idle_turns: list[int] = field(default_factory=list)
+    idle_tokens: list[int] = field(default_factory=list)
     error: str | None = None
     policy_version: int | None = None
 

@@ -208,7 +208,7 @@ class RLTrainer(Trainer):
                                             config.env.server_timeout)
         # The penalty and the right-token loss need to know where rejected replies went wrong.
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
-                  or self.algorithm.right_token_coef > 0)
+                  or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
         self.val_engine = RolloutEngine(make_env, config.rollout)
@@ -612,6 +612,13 @@ class RLTrainer(Trainer):
             batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, spec.invalid_turn_penalty)
             metrics["adv/invalid_tokens_capped"] = capped
             metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
+        if spec.idle_turn_penalty is not None:
+            idle_tokens = [t.idle_tokens for t in rows]
+            batch.advantages, capped = discredit_turns(batch.advantages, mask, [t.idle_turns for t in rows],
+                                                       idle_tokens)
+            batch.advantages = penalize_tokens(batch.advantages, idle_tokens, spec.idle_turn_penalty)
+            metrics["adv/idle_tokens_capped"] = capped
+            metrics["adv/idle_turns"] = sum(len(t.idle_turns) for t in rows)
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
