@@ -101,7 +101,9 @@ class AlgorithmSpec:
         None, "null: off. A number p >= 0: a turn whose action the environment accepted but that left it in a state "
         "the episode had already been in (`Trajectory.idle_turns`, by the environment's state keys: BabyAI's \"go to "
         "X\" with X reached already) gets min(A, 0) from the token its action begins at, and that token a further -p: "
-        "as invalid_turn_penalty does for rejected turns. Environments that give no state key have no idle turns.",
+        "as invalid_turn_penalty does for rejected turns. Asking for information changes no state either (BabyAI's "
+        "\"check available actions\"): use it where observations already give what such actions would (the SmolLM2 "
+        "recipes list the actions). Environments that give no state key have no idle turns.",
         ge=0)
     # -- hyper-parameters of the loss terms (`algos.objective`)
     clip_eps: float = setting(0.2, "PPO's clip range ε of the importance ratio.", gt=0)
