@@ -362,62 +362,43 @@ def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_en
 
 
 # Group 0's advantages are ±a (WON_ADVANTAGE), a = 0.5 / std(1, 0) = 0.5 / 0.7071 (GRPO's sample std); the
-# mean |advantage| over the 16 trained tokens: null 8a/16, 0.0 6a/16 (the won row's rejected
-# turn drops to 0), 0.5 (6a + 4 x 0.5)/16 (each row's wrong token a further -0.5).
+# mean |advantage| over the 16 trained tokens: null 8a/16, 0.0 6a/16 (the won row's first
+# turn drops to 0), 0.5 (6a + 4 x 0.5)/16 (each row's wrong or idle token a further -0.5).
 WON_ADVANTAGE = 0.5 / 0.5 ** 0.5
 
 
+@pytest.mark.parametrize("kind", ["invalid", "idle"])
 @pytest.mark.parametrize("penalty,capped,trained,token_abs", [
     ("null", None, 2, 8 * WON_ADVANTAGE / 16), (0.0, 2, 2, 6 * WON_ADVANTAGE / 16),
     (0.5, 2, 4, (6 * WON_ADVANTAGE + 2) / 16)])
-def test_invalid_turn_penalty_decides_how_a_rejected_action_is_credited(tmp_path, counter_env_registered,
-                                                                        penalty, capped, trained, token_abs):
-    """Group 0: a won and a lost episode whose first of two turns was rejected, wrong from
-    its first token (position 1). Group 1: two such lost episodes (a tie: A = 0). With a
-    penalty of 0 the won episode's rejected turn (2 tokens) loses its positive advantage;
-    with 0.5 every wrong token is pushed down, so the tied group is trained on too, and the
-    advantages the loss sees are not the estimator's (`adv/token_abs_mean`)."""
+def test_a_turn_that_cannot_have_helped_loses_its_credit(tmp_path, counter_env_registered, kind, penalty, capped,
+                                                         trained, token_abs):
+    """Group 0: a won and a lost episode whose first of two turns was rejected (invalid) or
+    accepted but left the state as it was (idle), wrong or its action beginning at its first
+    token (position 1). Group 1: two such lost episodes (a tie: A = 0). With a penalty of 0 the
+    won episode's first turn (2 tokens) loses its positive advantage; with 0.5 every such token
+    is pushed down, so the tied group is trained on too, and the advantages the loss sees are
+    not the estimator's (`adv/token_abs_mean`)."""
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.invalid_turn_penalty={penalty}")
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.{kind}_turn_penalty={penalty}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
+    first_turn = ({"invalid_turns": [0], "wrong_tokens": [1]} if kind == "invalid"
+                  else {"state_keys": ["0", "0"], "idle_turns": [0], "idle_tokens": [1]})
     rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
                        loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], invalid_turns=[0], wrong_tokens=[1])
+                       turn_rewards=[0.0, reward], **first_turn)
             for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
     metrics = trainer.update(rows, step=0)
-    assert metrics.get("adv/invalid_tokens_capped") == capped
+    assert metrics.get(f"adv/{kind}_tokens_capped") == capped
+    assert metrics.get("adv/wrong_tokens" if kind == "invalid" else "adv/idle_tokens") == (
+        None if penalty == "null" else 4)
     assert metrics["update/trajectories"] == trained
     assert metrics["adv/token_abs_mean"] == pytest.approx(token_abs, rel=1e-4)
     assert metrics["adv/adv_abs_mean"] == pytest.approx(2 * WON_ADVANTAGE / 4, rel=1e-4)  # the estimator's, per row
-
-
-@pytest.mark.parametrize("penalty,capped,trained,token_abs", [
-    ("null", None, 2, 8 * WON_ADVANTAGE / 16), (0.0, 2, 2, 6 * WON_ADVANTAGE / 16),
-    (0.5, 2, 4, (6 * WON_ADVANTAGE + 2) / 16)])
-def test_idle_turn_penalty_credits_an_accepted_turn_that_changed_nothing_as_a_rejected_one(
-        tmp_path, counter_env_registered, penalty, capped, trained, token_abs):
-    """The rows of the invalid-turn test above, their first turn accepted but idle (the state
-    key unchanged), its action beginning at position 1: the same advantages, the same counts."""
-    from agentgym_rl.rollout.trajectory import Trajectory
-    from agentgym_rl.train.rl import RLTrainer
-
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.idle_turn_penalty={penalty}")
-    trainer = RLTrainer(config, log=lambda _: None)
-    trainer._setup(resume=False)
-    assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
-    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
-                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], state_keys=["0", "0"], idle_turns=[0], idle_tokens=[1])
-            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
-    metrics = trainer.update(rows, step=0)
-    assert metrics.get("adv/idle_tokens_capped") == capped
-    assert metrics.get("adv/idle_turns", 0) == (0 if penalty == "null" else 4)
-    assert metrics["update/trajectories"] == trained
-    assert metrics["adv/token_abs_mean"] == pytest.approx(token_abs, rel=1e-4)
 
 
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):

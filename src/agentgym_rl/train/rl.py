@@ -605,20 +605,19 @@ class RLTrainer(Trainer):
         out = compute_advantages(spec.advantage, fields, **hparams)
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch.advantages = out.token_advantages(mask)
-        if spec.invalid_turn_penalty is not None:
-            wrong_tokens = [t.wrong_tokens for t in rows]
-            batch.advantages, capped = discredit_turns(batch.advantages, mask, [t.invalid_turns for t in rows],
-                                                       wrong_tokens)
-            batch.advantages = penalize_tokens(batch.advantages, wrong_tokens, spec.invalid_turn_penalty)
-            metrics["adv/invalid_tokens_capped"] = capped
-            metrics["adv/wrong_tokens"] = sum(map(len, wrong_tokens))
-        if spec.idle_turn_penalty is not None:
-            idle_tokens = [t.idle_tokens for t in rows]
-            batch.advantages, capped = discredit_turns(batch.advantages, mask, [t.idle_turns for t in rows],
-                                                       idle_tokens)
-            batch.advantages = penalize_tokens(batch.advantages, idle_tokens, spec.idle_turn_penalty)
-            metrics["adv/idle_tokens_capped"] = capped
-            metrics["adv/idle_turns"] = sum(len(t.idle_turns) for t in rows)
+        # Turns that cannot have helped the outcome: rejected ones, and accepted ones that changed
+        # nothing. Each keeps no positive advantage from the token where its action went wrong (or
+        # began), and that token gets a further -penalty.
+        for kind, penalty, turns, tokens in (("invalid", spec.invalid_turn_penalty, "invalid_turns", "wrong_tokens"),
+                                             ("idle", spec.idle_turn_penalty, "idle_turns", "idle_tokens")):
+            if penalty is None:
+                continue
+            positions = [getattr(t, tokens) for t in rows]
+            batch.advantages, capped = discredit_turns(batch.advantages, mask, [getattr(t, turns) for t in rows],
+                                                       positions)
+            batch.advantages = penalize_tokens(batch.advantages, positions, penalty)
+            metrics[f"adv/{kind}_tokens_capped"] = capped
+            metrics[f"adv/{tokens}"] = sum(map(len, positions))  # how many were located
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
