@@ -206,7 +206,8 @@ class RLTrainer(Trainer):
         else:
             make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls,
                                             config.env.server_timeout)
-        # The penalty and the right-token loss need to know where rejected replies went wrong.
+        # The penalties and the right-token loss need to know where rejected replies went wrong (and
+        # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
