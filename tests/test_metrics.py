@@ -40,6 +40,14 @@ def test_summarize_avg_at_n_pass_at_k_and_categories():
     assert summarize(trajectories, k=1)["pass_at_k"] == pytest.approx(0.5)
 
 
+def test_summarize_counts_idle_turns_per_turn():
+    from agentgym_rl.rollout.trajectory import Trajectory
+
+    three = Trajectory("e", "e_0", "A", turn_rewards=[0.0, 0.0, 1.0], idle_turns=[0, 1])
+    one = Trajectory("e", "e_1", "A", turn_rewards=[0.0])
+    assert summarize([three, one])["idle_turn_rate"] == pytest.approx(2 / 4)
+
+
 def test_paired_difference_counts_gains_and_losses():
     from agentgym_rl.eval.metrics import change_sentence, paired_difference
 

@@ -52,7 +52,8 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
 
     Returns:
         {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "avg_turns",
-         "invalid_action_rate", "errors", "by_category": {name: success}, "pass_at_k_by_category",
+         "invalid_action_rate", "idle_turn_rate" (accepted turns that changed nothing,
+         `Trajectory.idle_turns`, per turn), "errors", "by_category": {name: success}, "pass_at_k_by_category",
          "by_env": {env_id: {"success", "avg_reward"}} (one entry unless the trajectories come from
          several environments, e.g. a mix)}
     """
@@ -79,6 +80,7 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
         "avg_reward": sum(t.reward for t in trajectories) / len(trajectories),
         "avg_turns": turns / len(trajectories),
         "invalid_action_rate": sum(t.invalid_actions for t in trajectories) / max(turns, 1),
+        "idle_turn_rate": sum(len(t.idle_turns) for t in trajectories) / max(turns, 1),
         "errors": sum(t.error is not None for t in trajectories),
         "by_category": {c: sum(t.success for t in ts) / len(ts) for c, ts in sorted(categories.items())},
         "pass_at_k_by_category": {

@@ -418,6 +418,7 @@ class RLTrainer(Trainer):
                 step_metrics = {
                     "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
                     "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
+                    "train/idle_turn_rate": stats["idle_turn_rate"],
                     "train/errors": stats["errors"], **update_metrics,
                     "time/rollout_tokens_per_s": generated / max(rollout_s, 1e-9),
                     "time/rollout_s": rollout_s, "time/update_s": time.time() - rolled, **timing,
