@@ -9,7 +9,7 @@ from test_cli import run
 from test_env_e2e import TINY_RUN
 from test_train_e2e import REPO
 
-from agentgym_rl.eval.compare import format_comparison, format_each_run, summarize_each_run, summarize_runs
+from agentgym_rl.eval.compare import format_comparison, format_each_run, summarize_runs
 from agentgym_rl.rollout.trajectory import Trajectory, save_trajectories
 
 
@@ -48,11 +48,11 @@ def test_paired_change_averages_the_seeds_item_by_item(tmp_path):
     assert row["paired"]["change"] == pytest.approx(0.25) and row["paired"]["error"] == pytest.approx(0.32275, abs=1e-5)
     assert (row["paired"]["gained"], row["paired"]["lost"], row["paired"]["items"]) == (2, 1, 4)
     assert "| a | 2 | 25.0 | 50.0 ± 0.0 | +25.0 | 32.3 | 50.0 |" in format_comparison([row])
-    s0, s1 = summarize_each_run(runs)
+    s0, s1 = row["each"]
     # s0: differences 0, 1, 0, 0 -> mean 0.25, variance (3 · 0.25² + 0.75²) / 3 = 0.25, SE 0.25;
     # s1: -1, 1, 1, 0 -> mean 0.25, variance (1.25² + 2 · 0.75² + 0.25²) / 3 = 0.91667, SE 0.47871
     assert s0["error"] == pytest.approx(0.25) and s1["error"] == pytest.approx(0.47871, abs=1e-5)
-    each = format_each_run([s0, s1])
+    each = format_each_run([row])
     assert "| a_s0 | 25.0 | 50.0 | +25.0 | 1 | 0 | 25.0 |" in each
     assert "| a_s1 | 25.0 | 50.0 | +25.0 | 2 | 1 | 47.9 |" in each
     # a seed validated on other items cannot be paired with the rest

@@ -29,16 +29,15 @@ def first_and_last_items(run_dir: str | Path) -> tuple[dict[str, float], dict[st
     return (first, last) if set(first) == set(last) else None
 
 
-def paired_change(folders: list[Path]) -> dict[str, Any] | None:
+def paired_change(pairs: list[tuple[dict[str, float], dict[str, float]] | None]) -> dict[str, Any] | None:
     """The first validation against the last over the same items, seeds averaged item by item
     (`paired_difference` of the per-item means): the change, its paired standard error, the
     items that gained and lost, and how many items. None unless every run has both validations
-    of one shared set of items.
+    (`first_and_last_items`, one pair a run) of one shared set of items.
 
     With greedy validation every seed starts from the same step-0 results, so averaging the
     seeds per item keeps the pairing: the error counts item-to-item spread, not seed noise alone.
     """
-    pairs = [first_and_last_items(folder) for folder in folders]
     if not pairs or any(p is None for p in pairs) or len({frozenset(p[0]) for p in pairs}) != 1:
         return None
     items = sorted(pairs[0][0])
@@ -50,8 +49,9 @@ def paired_change(folders: list[Path]) -> dict[str, Any] | None:
 
 def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
     """One row per label: start and final validation success (mean and sample std over seeds),
-    the change, the best step's mean, and the change item by item (`paired_change`, None
-    without validation episodes).
+    the change, the best step's mean, the change item by item (`paired_change`, None without
+    validation episodes) and, under "each", one such row per run that has them (its name, first
+    and last success, its own `paired_change`).
 
     Args:
         runs: label → run folders (one per seed) of that configuration.
@@ -61,33 +61,23 @@ def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
         curves = [validation_curve(f) for f in folders]
         curves = [c for c in curves if c]
         if not curves:
-            rows.append({"label": label, "seeds": 0})
+            rows.append({"label": label, "seeds": 0, "each": []})
             continue
         starts = [c[min(c)] for c in curves]
         finals = [c[max(c)] for c in curves]
         common = sorted(set.intersection(*(set(c) for c in curves)))
         means = {step: _mean([c[step] for c in curves]) for step in common}
+        pairs = [first_and_last_items(f) for f in folders]  # each run's validation files read once
+        each = [{"run": Path(folder).name, "start": _mean(list(pair[0].values())),
+                 "final": _mean(list(pair[1].values())), **paired_change([pair])}
+                for folder, pair in zip(folders, pairs) if pair is not None]
         rows.append({
             "label": label, "seeds": len(curves), "final_step": max(curves[0]),
             "start": _mean(starts), "final": _mean(finals), "final_std": _std(finals),
             "change": _mean([f - s for f, s in zip(finals, starts)]),
             "best": max(means.values()) if means else float("nan"),
-            "paired": paired_change(folders),
+            "paired": paired_change(pairs), "each": each,
         })
-    return rows
-
-
-def summarize_each_run(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
-    """One row per run folder with validation episodes: its `paired_change` with itself alone,
-    and its first and last success."""
-    rows = []
-    for folders in runs.values():
-        for folder in folders:
-            paired = paired_change([folder])
-            if paired is not None:
-                first, last = first_and_last_items(folder)
-                rows.append({"run": Path(folder).name, "start": _mean(list(first.values())),
-                             "final": _mean(list(last.values())), **paired})
     return rows
 
 
@@ -110,13 +100,15 @@ def format_comparison(rows: list[dict[str, Any]], episodes: int | None = None) -
 
 
 def format_each_run(rows: list[dict[str, Any]]) -> str:
-    """A Markdown table of `summarize_each_run` rows (success in %), or "" without any."""
-    if not rows:
+    """A Markdown table of the runs under the "each" of `summarize_runs` rows (success in %), or
+    "" without any."""
+    each = [run for r in rows for run in r.get("each", [])]
+    if not each:
         return ""
     lines = ["| run | start | final | change | items gained | items lost | paired SE |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {100 * r['start']:.1f} | {100 * r['final']:.1f} | {100 * r['change']:+.1f} "
-              f"| {r['gained']} | {r['lost']} | {100 * r['error']:.1f} |" for r in rows]
+              f"| {r['gained']} | {r['lost']} | {100 * r['error']:.1f} |" for r in each]
     return "\n".join(lines)
 
 

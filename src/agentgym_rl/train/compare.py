@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from ..config import RLConfig, load_config
 from ..errors import UserError
-from ..eval.compare import format_comparison, format_each_run, plot_comparison, summarize_each_run, summarize_runs
+from ..eval.compare import format_comparison, format_each_run, plot_comparison, summarize_runs
 from ..runs import checkpoint_step, latest_checkpoint
 from .rl import RLTrainer
 
@@ -73,7 +73,7 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
         failed = train_in_processes(planned, jobs, log)
     rows = summarize_runs(runs)
     table = format_comparison(rows, episodes)
-    each = format_each_run(summarize_each_run(runs))
+    each = format_each_run(rows)
     (out_dir / "comparison.md").write_text(table + "\n" + (f"\n{each}\n" if each else ""))
     image = plot_comparison(runs, out_dir / "comparison.png")
     log("\n" + table + (f"\n\n{each}" if each else ""))
