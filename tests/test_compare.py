@@ -100,3 +100,43 @@ def test_compare_rejects_bad_input(tmp_path):
     assert result.returncode == 2 and "at least one config file" in result.stderr
     result = run("compare", str(REPO / "configs" / "babyai_grpo.yaml"), "--jobs", "0")
     assert result.returncode == 2 and "--jobs must be at least 1" in result.stderr
+
+
+def test_a_run_without_checkpoints_counts_as_complete_by_its_metrics(tmp_path, monkeypatch):
+    """With train.save_every=0 a finished run is known by its metrics (its last step trained and
+    validated); an unfinished one cannot be resumed, so a restarted comparison trains it afresh
+    over its folder instead of stopping on "already holds a run"."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train import compare
+
+    overrides = ["train.steps=2", "train.validate_every=2", "train.save_every=0", f"run.output_dir={tmp_path}",
+                 "run.name=r"]
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", overrides)
+    assert compare.run_state(config) == "afresh"
+    rows = [{"step": 0, "val/success": 0.1}, {"step": 1, "train/success": 0.2}, {"step": 2, "train/success": 0.3}]
+    _fake_run(config.run.dir, {})
+    (config.run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert compare.run_state(config) == "afresh"  # stopped during its last validation
+    trained = []
+
+    class Trainer:
+        def __init__(self, config, log):
+            self.config = config
+
+        def fit(self, resume):
+            trained.append((self.config.run.name, self.config.run.overwrite, resume))
+
+    monkeypatch.setattr(compare, "RLTrainer", Trainer)
+    lines = []
+    compare.run_comparison([REPO / "configs" / "babyai_grpo.yaml"], [0], overrides[:3], tmp_path, log=lines.append)
+    assert trained == [("babyai_grpo_s0", False, False)]  # nothing there yet
+    (tmp_path / "babyai_grpo_s0").mkdir()
+    (tmp_path / "babyai_grpo_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    compare.run_comparison([REPO / "configs" / "babyai_grpo.yaml"], [0], overrides[:3], tmp_path, log=lines.append)
+    assert trained[-1] == ("babyai_grpo_s0", True, False)
+    assert any("unfinished, without a checkpoint to go on from: trained afresh" in line for line in lines)
+    with open(config.run.dir / "metrics.jsonl", "a") as metrics:
+        metrics.write(json.dumps({"step": 2, "val/success": 0.4}) + "\n")
+    assert compare.run_state(config) == "complete"
+    longer = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [*overrides, "train.steps=4"])
+    assert compare.run_state(longer) == "afresh"

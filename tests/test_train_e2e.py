@@ -283,11 +283,15 @@ def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_e
 
 def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monkeypatch):
     """A step that saves does so before its validation: a validation cut short (SmolLM2's takes
-    40 minutes or more on a CPU) leaves the step's checkpoint to evaluate or go on from."""
+    40 minutes or more on a CPU) leaves the step's checkpoint to evaluate or go on from, and the
+    resumed run plays that validation before anything else (`compare` sees it as unfinished)."""
+    from agentgym_rl.runs import validated_steps
+    from agentgym_rl.train.compare import run_state
     from agentgym_rl.train.rl import RLTrainer
 
     config = toy_config(tmp_path, "train.steps=1", "train.validate_every=1", "train.save_every=1",
                         "algo.group_size=6", "rollout.threads=1", env="counter_any_case", name="cut")
+    assert run_state(config) == "afresh"
     trainer = RLTrainer(config, log=lambda line: None)
     played = trainer.validate
 
@@ -300,6 +304,12 @@ def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monk
     with pytest.raises(KeyboardInterrupt):
         trainer.fit()
     assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step_000001"]
+    assert validated_steps(tmp_path / "cut") == {0} and run_state(config) == "resume"
+    lines = []
+    validations = RLTrainer(config, log=lines.append).fit(resume=True)
+    assert "step 1: its validation did not finish before the run stopped; validating now" in lines
+    assert [v["step"] for v in validations] == [1]
+    assert validated_steps(tmp_path / "cut") == {0, 1} and run_state(config) == "complete"
 
 
 def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_path, counter_env_registered):

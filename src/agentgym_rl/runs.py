@@ -229,3 +229,13 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return read_json_lines(path)
+
+
+def validated_steps(run_dir: str | Path) -> set[int]:
+    """The steps whose validation finished (a `val/success` in `metrics.jsonl`)."""
+    return {row["step"] for row in read_metrics(run_dir) if "val/success" in row}
+
+
+def trained_steps(run_dir: str | Path) -> int:
+    """The last RL step the run logged (0: none)."""
+    return max((row["step"] for row in read_metrics(run_dir) if "train/success" in row), default=0)

@@ -13,8 +13,8 @@ from typing import Any, Callable
 from ..config import RLConfig, load_config
 from ..errors import UserError
 from ..eval.compare import format_comparison, format_each_run, plot_comparison, summarize_runs
-from ..runs import checkpoint_step, latest_checkpoint
-from .rl import RLTrainer
+from ..runs import checkpoint_step, holds_run, latest_checkpoint, trained_steps
+from .rl import RLTrainer, validation_missing
 
 POLL_S = 1.0
 """How often `train_in_processes` looks for runs that ended."""
@@ -59,11 +59,15 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
             config = load_config(RLConfig, path, run_overrides)
             runs.setdefault(label, []).append(config.run.dir)
             episodes = config.eval.episodes
-            last = latest_checkpoint(config.run.dir)
-            if last is not None and checkpoint_step(last) >= config.train.steps:
+            state = run_state(config)
+            if state == "complete":
                 log(f"{config.run.dir}: already complete, not retrained")
                 continue
-            planned.append(PlannedRun(Path(path), run_overrides, config, resume=last is not None))
+            if state == "afresh" and holds_run(config.run.dir):
+                log(f"{config.run.dir}: unfinished, without a checkpoint to go on from: trained afresh")
+                run_overrides.append("run.overwrite=true")
+                config = load_config(RLConfig, path, run_overrides)
+            planned.append(PlannedRun(Path(path), run_overrides, config, resume=state == "resume"))
     failed = []
     if jobs == 1:
         for run in planned:
@@ -81,6 +85,19 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
     if failed:
         raise UserError(f"{len(failed)} of {len(planned)} runs failed: " + "; ".join(failed))
     return {"rows": rows, "table": table, "plot": str(image)}
+
+
+def run_state(config: RLConfig) -> str:
+    """What a comparison does with a run's folder: "complete" (its last step trained, as a
+    checkpoint or, with `train.save_every=0`, its metrics show, and validated when that step is
+    due one), "resume" (a checkpoint to go on from: the steps left, or only the last one's
+    validation) or "afresh" (nothing yet, or a start without a checkpoint)."""
+    folder, steps = config.run.dir, config.train.steps
+    last = latest_checkpoint(folder)
+    done = checkpoint_step(last) if last is not None else trained_steps(folder) if not config.train.save_every else 0
+    if done >= steps and not validation_missing(folder, config, steps):
+        return "complete"
+    return "resume" if last is not None else "afresh"
 
 
 def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str], Any] = print) -> list[str]:

@@ -28,7 +28,7 @@ from ..eval.metrics import change_sentence, item_success, summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
-from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run
+from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run, validated_steps
 from . import distributed
 from .asynchronous import RolloutsAhead, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
@@ -52,6 +52,14 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     for key, value in data.items():
         out.update(_flatten(value, f"{prefix}.{key}" if prefix else key))
     return out
+
+
+def validation_missing(run_dir: Path, config: RLConfig, step: int) -> bool:
+    """Whether step `step` (> 0) of the run is due a validation (`train.validate_every`) that
+    its metrics do not hold."""
+    every = config.train.validate_every
+    return bool(step and every and config.eval.episodes and step % every == 0
+                and step not in validated_steps(run_dir))
 
 
 def check_resumable(run_dir: Path, config: RLConfig) -> None:
@@ -363,6 +371,10 @@ class RLTrainer(Trainer):
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
             if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
                 validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
+            elif main and validation_missing(self.run_dir, cfg, start):
+                # A step saves before it validates: the run stopped during this validation.
+                self.log(f"step {start}: its validation did not finish before the run stopped; validating now")
+                validations.append(self.validate(start))
             elif main and cfg.train.baseline:
                 why = ("the run resumes after step 0" if start
                        else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
