@@ -38,8 +38,8 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
     `out_dir/comparison.md` and `out_dir/comparison.png`.
 
     The overrides apply to every run (e.g. a shared warm-started model:
-    `model.path=... warmup.episodes=0`). A run whose last checkpoint is already at its final
-    step is not trained again, so an interrupted comparison can be restarted. With `jobs` > 1
+    `model.path=... warmup.episodes=0`). An interrupted comparison can be restarted: a finished
+    run is not trained again, an unfinished one goes on from its checkpoint (`run_state`). With `jobs` > 1
     the runs train as separate processes, that many at once (`train_in_processes`); runs that
     failed are named in a `UserError` after the table of the others is written.
     """
