@@ -451,6 +451,49 @@ def test_rl_plays_on_servers_it_spawns_and_stops_them(tmp_path):
         load_config(RLConfig, configs / "textcraft_grpo.yaml", ["env.spawn_servers=1", "env.urls=[http://x:1]"])
 
 
+def test_a_run_stopped_by_sigterm_stops_the_servers_it_spawned(tmp_path):
+    """SIGTERM (a scheduler's preemption, `timeout`, `compare --jobs` stopping its runs) ends a
+    run through its cleanup: exit code 143, a line saying why, and no env server left behind
+    (they run in process groups of their own, which the signal does not reach; a run killed
+    outright left them listening)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_env_e2e import TINY_RUN
+
+    config = Path(__file__).resolve().parent.parent / "configs" / "babyai_grpo.yaml"
+    command = [sys.executable, "-m", "agentgym_rl.cli", "train", str(config), *TINY_RUN, "train.steps=10000",
+               "train.validate_every=0", "env.spawn_servers=1", f"run.output_dir={tmp_path}"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:  # the first step's line: its server is up and playing
+            if line.startswith("step 1/"):
+                break
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        servers = [int(pid) for pid in children
+                   if b"serve-env" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert len(servers) == 1
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 143 and "stopped: SIGTERM received" in stderr
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(servers[0], 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(servers[0], signal.SIGKILL)
+        pytest.fail("the env server outlived the run")
+
+
 def test_a_server_that_went_away_is_passed_over_for_the_healthy_one(counter_env_registered):
     """Of two servers the run did not start, one stops: the episodes it took fail once and are
     played again on the other (rollout.episode_retries 1), and no later episode is sent to it

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -650,15 +652,38 @@ def _lines_as_they_come() -> None:
         reconfigure(line_buffering=True)
 
 
+class Terminated(SystemExit):
+    """SIGTERM arrived: the command ends through Python's exit path, with exit code 143."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM kills at once, cleanup or not
+    raise Terminated(128 + signum)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     """Entry point (`argv` defaults to the process's arguments): a `UserError` becomes a
-    one-line message and exit code 2."""
+    one-line message and exit code 2.
+
+    SIGTERM (`kill`, `timeout`, a scheduler preempting the job, `compare --jobs` stopping its
+    runs) ends the command as an exception would, so that its `finally` blocks run: a run
+    closes its environments and stops the env servers it spawned, which live in process groups
+    of their own where the signal does not reach them (killed outright, the run left them
+    listening). A run goes on from its last checkpoint with `--resume`."""
     _lines_as_they_come()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
         app(args=argv)
     except UserError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except Terminated:
+        typer.echo("stopped: SIGTERM received", err=True)
+        raise
+    finally:
+        if previous is not None:  # main() called in a Python process (the tests) leaves its handler as it was
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
