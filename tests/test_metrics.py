@@ -46,6 +46,12 @@ def test_summarize_counts_idle_turns_per_turn():
     three = Trajectory("e", "e_0", "A", turn_rewards=[0.0, 0.0, 1.0], idle_turns=[0, 1])
     one = Trajectory("e", "e_1", "A", turn_rewards=[0.0])
     assert summarize([three, one])["idle_turn_rate"] == pytest.approx(2 / 4)
+    # `eval`'s table names them when there are any
+    from agentgym_rl.eval.evaluate import format_table
+
+    shown = {"env": "e", "split": "test", "policy": "p"}
+    assert "invalid actions 0.0%, idle turns 50.0%, errors 0" in format_table({**summarize([three, one]), **shown})
+    assert "invalid actions 0.0%, errors 0" in format_table({**summarize([one]), **shown})
 
 
 def test_paired_difference_counts_gains_and_losses():

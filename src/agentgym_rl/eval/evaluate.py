@@ -125,7 +125,9 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
 
 
 def format_table(summary: dict, title: str | None = None) -> str:
-    """A plain-text table of overall and per-category success."""
+    """A plain-text table of overall and per-category success, then a line of averages; its idle
+    turns (accepted actions that left the environment in a state the episode had been in) are
+    named when there are any (an environment without state keys has none)."""
     rows = [("overall", summary["episodes"], summary["success"], summary["pass_at_k"])]
     by_env = summary.get("by_env", {})
     if len(by_env) > 1:  # a mix: each environment's Avg@n (its Pass@k is in its categories')
@@ -138,6 +140,8 @@ def format_table(summary: dict, title: str | None = None) -> str:
     lines += [f"{name:<12}{100 * s:>9.1f}%" + (f"{100 * p:>9.1f}%" if p is not None else "") for name, _, s, p in rows]
     lines.append(f"items {summary['episodes']} × samples {summary['samples']}, avg reward "
                  f"{summary['avg_reward']:.3f}, avg turns {summary['avg_turns']:.1f}, "
-                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%, errors {summary['errors']}"
+                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%"
+                 + (f", idle turns {100 * summary['idle_turn_rate']:.1f}%" if summary.get("idle_turn_rate") else "")
+                 + f", errors {summary['errors']}"
                  + (", replies restricted to the listed actions" if summary.get("listed_actions_only") else ""))
     return "\n".join(lines)
