@@ -13,12 +13,16 @@ from agentgym_rl.eval.compare import format_comparison, format_each_run, summari
 from agentgym_rl.rollout.trajectory import Trajectory, save_trajectories
 
 
+def _write_metrics(folder, rows):
+    """`folder/metrics.jsonl` holding `rows`, the folder made if missing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def _fake_run(folder, curve, items=None):
     """A run folder with a validation curve and, given `items` (step → per-item successes),
     its validation episodes."""
-    folder.mkdir(parents=True)
-    rows = [{"step": step, "val/success": value} for step, value in curve.items()]
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_metrics(folder, [{"step": step, "val/success": value} for step, value in curve.items()])
     for step, successes in (items or {}).items():
         episodes = [Trajectory("babyai", f"babyai_{i}", "GoTo", success=s) for i, s in enumerate(successes)]
         save_trajectories(episodes, folder / "validation" / f"step_{step:06d}.jsonl")
@@ -114,8 +118,7 @@ def test_a_run_without_checkpoints_counts_as_complete_by_its_metrics(tmp_path, m
     config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", overrides)
     assert compare.run_state(config) == "afresh"
     rows = [{"step": 0, "val/success": 0.1}, {"step": 1, "train/success": 0.2}, {"step": 2, "train/success": 0.3}]
-    _fake_run(config.run.dir, {})
-    (config.run.dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_metrics(config.run.dir, rows)
     assert compare.run_state(config) == "afresh"  # stopped during its last validation
     trained = []
 
@@ -130,13 +133,11 @@ def test_a_run_without_checkpoints_counts_as_complete_by_its_metrics(tmp_path, m
     lines = []
     compare.run_comparison([REPO / "configs" / "babyai_grpo.yaml"], [0], overrides[:3], tmp_path, log=lines.append)
     assert trained == [("babyai_grpo_s0", False, False)]  # nothing there yet
-    (tmp_path / "babyai_grpo_s0").mkdir()
-    (tmp_path / "babyai_grpo_s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    _write_metrics(tmp_path / "babyai_grpo_s0", rows[:2])
     compare.run_comparison([REPO / "configs" / "babyai_grpo.yaml"], [0], overrides[:3], tmp_path, log=lines.append)
     assert trained[-1] == ("babyai_grpo_s0", True, False)
     assert any("unfinished, without a checkpoint to go on from: trained afresh" in line for line in lines)
-    with open(config.run.dir / "metrics.jsonl", "a") as metrics:
-        metrics.write(json.dumps({"step": 2, "val/success": 0.4}) + "\n")
+    _write_metrics(config.run.dir, [*rows, {"step": 2, "val/success": 0.4}])
     assert compare.run_state(config) == "complete"
     longer = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", [*overrides, "train.steps=4"])
     assert compare.run_state(longer) == "afresh"
