@@ -1,6 +1,6 @@
 """A training process killed (SIGKILL) in the middle of a rollout, then resumed: the episodes the
 step had started are continued from the journal (`rollout.journal_every`), each finishes once and
-is trained once, with the tokens of the run that was never stopped."""
+is trained once, with the tokens of the run that was never stopped; the same for a validation."""
 
 from __future__ import annotations
 
@@ -18,20 +18,25 @@ from test_train_e2e import REPO, TINY
 from agentgym_rl.rollout.trajectory import load_trajectories
 
 # Trains in a process of its own, which SIGKILLs itself at the Nth environment step of RL step
-# 2's rollout (steps run in the engine's threads: the whole process goes, as with `kill -9`).
+# 2's rollout, or of step 1's validation (steps run in the engine's threads: the whole process
+# goes, as with `kill -9`).
 SCRIPT = """
 import json, os, signal, sys, threading
 from agentgym_rl.config import RLConfig, load_config
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.train.rl import RLTrainer
 
-config_path, overrides, kill_at = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-play_step, env_step = RLTrainer._play_step, RolloutEngine._step
+config_path, overrides, kill_at, phase = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+play_step, validate, env_step = RLTrainer._play_step, RLTrainer.validate, RolloutEngine._step
 counted, lock = {"on": False, "calls": 0}, threading.Lock()
 
 def playing(self, step, horizon):
-    counted["on"] = step == 1
+    counted["on"] = phase == "rollout" and step == 1
     return play_step(self, step, horizon)
+
+def validating(self, step):
+    counted["on"] = phase == "validation" and step == 1
+    return validate(self, step)
 
 def dying(self, *args):
     with lock:
@@ -40,34 +45,40 @@ def dying(self, *args):
             os.kill(os.getpid(), signal.SIGKILL)
     return env_step(self, *args)
 
-RLTrainer._play_step, RolloutEngine._step = playing, dying
+RLTrainer._play_step, RLTrainer.validate, RolloutEngine._step = playing, validating, dying
 RLTrainer(load_config(RLConfig, config_path, overrides), log=print).fit()
 """
 
+# Step 1 validates its 4 items, which all start at once (as step 0 does, not counted).
+VALIDATING = ["train.steps=1", "train.validate_every=1", "eval.episodes=4", "eval.max_turns=4"]
 
-def _overrides(tmp_path: Path, name: str) -> list[str]:
+
+def _overrides(tmp_path: Path, name: str, extra: tuple[str, ...] = ()) -> list[str]:
     return [*TINY, "env.id=textcraft", "env.kwargs={}", f"run.output_dir={tmp_path}", f"run.name={name}",
             "train.steps=2", "train.save_every=1", "train.validate_every=0", "rollout.threads=1",
-            "rollout.journal_every=1", "schedule.horizons=[4]", "warmup.episodes=0"]
+            "rollout.journal_every=1", "schedule.horizons=[4]", "warmup.episodes=0", *extra]
 
 
-def _train(tmp_path: Path, name: str, resume: bool = False) -> None:
-    """In this process, on one thread as the killed process (so the same float rounding)."""
+def _train(tmp_path: Path, name: str, resume: bool = False, extra: tuple[str, ...] = ()) -> list[str]:
+    """In this process, on one thread as the killed process (so the same float rounding); returns
+    the lines it logged."""
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.train.rl import RLTrainer
 
-    threads = torch.get_num_threads()
+    threads, lines = torch.get_num_threads(), []
     torch.set_num_threads(1)
     try:
-        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", _overrides(tmp_path, name))
-        RLTrainer(config, log=lambda _: None).fit(resume=resume)
+        config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", _overrides(tmp_path, name, extra))
+        RLTrainer(config, log=lines.append).fit(resume=resume)
     finally:
         torch.set_num_threads(threads)
+    return lines
 
 
-def _train_until_killed(tmp_path: Path, name: str, kill_at: int) -> subprocess.CompletedProcess:
+def _train_until_killed(tmp_path: Path, name: str, kill_at: int, phase: str = "rollout",
+                        extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SCRIPT, str(REPO / "configs" / "babyai_grpo.yaml"),
-                           json.dumps(_overrides(tmp_path, name)), str(kill_at)],
+                           json.dumps(_overrides(tmp_path, name, extra)), str(kill_at), phase],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")})
 
@@ -99,6 +110,33 @@ def test_sigkill_mid_rollout_then_resume_finishes_every_started_episode_once_as_
     b = load_file(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert not list((run_dir / "inflight").glob("*.journal"))  # the last checkpoint holds everything
+
+
+@pytest.mark.slow
+def test_a_validation_killed_midway_goes_on_from_its_journal_on_resume(tmp_path):
+    _train(tmp_path, "whole", extra=tuple(VALIDATING))
+    validated = load_trajectories(tmp_path / "whole" / "validation" / "step_000001.jsonl")
+    assert len(validated) == 4 and min(t.turns for t in validated) >= 2
+    # Die two environment steps into the validation's second turn: its first turn is journaled.
+    killed = _train_until_killed(tmp_path, "killed", len(validated) + 2, "validation", tuple(VALIDATING))
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    run_dir = tmp_path / "killed"
+    assert (run_dir / "checkpoints" / "step_000001").is_dir()  # saved before it validated
+    assert (run_dir / "inflight" / "validation_000001.journal").is_file()
+    assert not (run_dir / "validation" / "step_000001.jsonl").exists()
+
+    lines = _train(tmp_path, "killed", resume=True, extra=tuple(VALIDATING))
+    assert "step 1: the validation went on from its journal (0 finished episodes kept, 4 unfinished ones " \
+           "continued)" in lines
+    again = load_trajectories(run_dir / "validation" / "step_000001.jsonl")
+    assert [t.item_id for t in again] == [t.item_id for t in validated]
+    assert [t.input_ids for t in again] == [t.input_ids for t in validated]
+    assert [t.reward for t in again] == [t.reward for t in validated]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    whole = [json.loads(line) for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["val/success"] for r in rows if "val/success" in r] == [r["val/success"] for r in whole
+                                                                        if "val/success" in r]
+    assert not list((run_dir / "inflight").glob("*.journal"))  # the metrics hold the validation now
 
 
 def test_a_journal_needs_checkpoints_to_resume_from(tmp_path):

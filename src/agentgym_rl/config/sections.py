@@ -185,7 +185,9 @@ class RolloutConfig:
     finished ones, and the unfinished ones with their tokens so far and their environment's
     snapshot (`rollout/journal.py`). A run killed mid-rollout then continues them on `--resume`
     (from the checkpoint whose weights played them) instead of playing them again, each from
-    its own random stream, so they end as they would have. 0: off. Needs an environment that
+    its own random stream, so they end as they would have. Validations are journaled too
+    (`inflight/validation_<step>.journal`): one cut short (SmolLM2's takes hours on a slow CPU)
+    goes on where it stopped. 0: off. Needs an environment that
     snapshots (see `fork_at`); not with `train.asynchronous`, Ray workers or torchrun yet. Its
     cost is logged per step (`time/journal_s`, `rollout/journal_mb`). With `env.spawn_servers`
     the servers sign snapshots with a key kept in `inflight/snapshot.key`, which a resumed run's

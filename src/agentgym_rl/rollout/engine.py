@@ -81,6 +81,7 @@ class RolloutEngine:
         self.journal_s = 0.0  # seconds spent writing journals, over the engine's life
         self.journal_bytes = 0  # the size of the last journal written
         self.resumed = 0  # unfinished episodes continued from a journal, over the engine's life
+        self.reread = 0  # finished episodes read from a journal instead of played, over the engine's life
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
         self._example: list[dict[str, Any]] = []  # rollout.example's messages, played once
         self._sampling_seed: int | None = None  # the current run's
@@ -259,6 +260,7 @@ class RolloutEngine:
 
         restored = list(pool.map(restore, episodes))
         self.resumed += sum(1 for _, state in episodes if state is not None)
+        self.reread += sum(1 for episode, _ in episodes if episode.done)
         return restored
 
     @staticmethod

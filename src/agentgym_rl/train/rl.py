@@ -729,10 +729,22 @@ class RLTrainer(Trainer):
         evaluation = self.config.eval
         horizon = evaluation.max_turns or registry.spec(self.config.env.id).max_turns
         episodes = len(self.val_tasks) * evaluation.samples
+        journal = None
+        if self.config.rollout.journal_every:  # a validation cut short goes on from here on --resume
+            journal = Journal(self.run_dir / "inflight" / f"validation_{step:06d}.journal",
+                              key=f"validation/{step}/{weights_fingerprint(self.learner.rollout_model)}",
+                              every=self.config.rollout.journal_every)
+        resumed, reread = self.val_engine.resumed, self.val_engine.reread
         with progress_bar(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
-                                               seed=self.config.run.seed, progress=bar.update)
-        return self._record_validation(step, trajectories)
+                                               seed=self.config.run.seed, progress=bar.update, journal=journal)
+        if self.val_engine.resumed > resumed or self.val_engine.reread > reread:
+            self.log(f"step {step}: the validation went on from its journal ({self.val_engine.reread - reread} "
+                     f"finished episodes kept, {self.val_engine.resumed - resumed} unfinished ones continued)")
+        summary = self._record_validation(step, trajectories)
+        if journal is not None:  # the metrics hold it now
+            journal.path.unlink(missing_ok=True)
+        return summary
 
     def take_baseline(self, path: str) -> dict[str, Any]:
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
