@@ -306,8 +306,10 @@ def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monk
     assert [p.name for p in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step_000001"]
     assert validated_steps(tmp_path / "cut") == {0} and run_state(config) == "resume"
     lines = []
+    config.train.baseline = str(tmp_path / "step0.jsonl")  # stands only for step 0: said, and not read
     validations = RLTrainer(config, log=lines.append).fit(resume=True)
     assert "step 1: its validation did not finish before the run stopped; validating now" in lines
+    assert "note: train.baseline is not used: the run resumes after step 0" in lines
     assert [v["step"] for v in validations] == [1]
     assert validated_steps(tmp_path / "cut") == {0, 1} and run_state(config) == "complete"
 

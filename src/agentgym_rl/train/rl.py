@@ -369,13 +369,14 @@ class RLTrainer(Trainer):
         outer_log = self.log
         try:
             main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
-            if main and start == 0 and cfg.train.validate_every and cfg.eval.episodes:
+            first_validation = start == 0 and cfg.train.validate_every and cfg.eval.episodes
+            if main and first_validation:
                 validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
             elif main and validation_missing(self.run_dir, cfg, start):
                 # A step saves before it validates: the run stopped during this validation.
                 self.log(f"step {start}: its validation did not finish before the run stopped; validating now")
                 validations.append(self.validate(start))
-            elif main and cfg.train.baseline:
+            if main and cfg.train.baseline and not first_validation:
                 why = ("the run resumes after step 0" if start
                        else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
                 self.log(f"note: train.baseline is not used: {why}")
