@@ -54,11 +54,18 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def validation_journal(run_dir: Path, step: int) -> Path:
+    """Where the validation after step `step` keeps its journal (`rollout.journal_every`)."""
+    return run_dir / "inflight" / f"validation_{step:06d}.journal"
+
+
 def validation_missing(run_dir: Path, config: RLConfig, step: int) -> bool:
     """Whether step `step` (> 0) of the run is due a validation (`train.validate_every`) that
-    its metrics do not hold."""
+    its metrics do not hold, or began one that did not finish (its journal is there: e.g. the
+    last validation of a run stopped by `train.time_limit_min`)."""
     every = config.train.validate_every
-    return bool(step and every and config.eval.episodes and step % every == 0
+    due = bool(every and config.eval.episodes and step % every == 0)
+    return bool(step and (due or validation_journal(run_dir, step).is_file())
                 and step not in validated_steps(run_dir))
 
 
@@ -732,7 +739,7 @@ class RLTrainer(Trainer):
         episodes = len(self.val_tasks) * evaluation.samples
         journal = None
         if self.config.rollout.journal_every:  # a validation cut short goes on from here on --resume
-            journal = Journal(self.run_dir / "inflight" / f"validation_{step:06d}.journal",
+            journal = Journal(validation_journal(self.run_dir, step),
                               key=f"validation/{step}/{weights_fingerprint(self.learner.rollout_model)}",
                               every=self.config.rollout.journal_every)
         resumed, reread = self.val_engine.resumed, self.val_engine.reread
