@@ -151,3 +151,49 @@ def test_a_journal_needs_checkpoints_to_resume_from(tmp_path):
     config.train.save_every = 0
     assert not_alongside(config, world=1) == ("rollout.journal_every resumes a step from the run's checkpoints "
                                               "and train.save_every=0 writes none: drop one of the two")
+
+
+def test_an_eval_cut_short_goes_on_from_its_journal_and_refuses_another_evaluations(tmp_path, tiny_tokenizer,
+                                                                                     monkeypatch):
+    """`eval --journal`: interrupted, the same command goes on from the journal and ends as the
+    evaluation never stopped; run once more it reads every episode back; other settings are
+    refused in one line instead of mixing their episodes in."""
+    from test_backends import SMALL
+    from test_cli import run
+
+    from agentgym_rl.agent.tiny import build_model
+    from agentgym_rl.rollout.engine import RolloutEngine
+
+    folder, journal = tmp_path / "model", tmp_path / "eval.journal"
+    build_model(tiny_tokenizer, SMALL).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    args = ("eval", "--env", "textcraft", "--policy", str(folder), "--episodes", "3", "--max-turns", "3",
+            "--temperature", "0", "rollout.threads=1", "rollout.max_new_tokens=8")
+    whole = run(*args, "--trajectories", str(tmp_path / "whole.jsonl"))
+    assert whole.returncode == 0, whole.stderr
+
+    step, calls = RolloutEngine._step, {"n": 0}
+
+    def interrupted(self, *rest):
+        calls["n"] += 1
+        if calls["n"] == 5:  # in the second turn: the first is journaled
+            raise KeyboardInterrupt
+        return step(self, *rest)
+
+    monkeypatch.setattr(RolloutEngine, "_step", interrupted)
+    assert run(*args, "--journal", str(journal)).returncode == 130 and journal.is_file()
+    monkeypatch.setattr(RolloutEngine, "_step", step)
+
+    again = run(*args, "--journal", str(journal), "--trajectories", str(tmp_path / "again.jsonl"))
+    assert again.returncode == 0, again.stderr
+    assert f"went on from the journal {journal}: 0 finished episodes kept, 3 unfinished ones continued" in again.stdout
+    first, second = (load_trajectories(tmp_path / f"{name}.jsonl") for name in ("whole", "again"))
+    assert [t.input_ids for t in second] == [t.input_ids for t in first]
+    assert again.stdout.split("\n")[-8:] == whole.stdout.split("\n")[-8:]  # the same table
+
+    read_back = run(*args, "--journal", str(journal))
+    assert "3 finished episodes kept, 0 unfinished ones continued" in read_back.stdout
+    other = run(*args[:-4], "--temperature", "0.5", *args[-2:], "--journal", str(journal))
+    assert other.returncode == 2
+    assert other.stderr.strip() == (f"error: {journal} is the journal of another evaluation (other settings, items "
+                                    "or weights); give another --journal or delete it")

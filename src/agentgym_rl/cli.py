@@ -192,6 +192,9 @@ def eval_command(
                                                        "decoding; eval.listed_actions_only)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     trajectories: Optional[Path] = typer.Option(None, help="Write the episodes as JSONL here."),
+    journal: Optional[Path] = typer.Option(None, help="Keep the episodes in this file as they are played (every "
+                                           "turn, environments as snapshots): the same command run again after "
+                                           "an interruption goes on from it, and once finished reads it back."),
 ) -> None:
     """Evaluate a policy: Avg@n and Pass@k, overall and per category."""
     from .eval.evaluate import evaluate_played, format_table
@@ -202,7 +205,7 @@ def eval_command(
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
         "--listed-actions-only": listed_actions_only, "--items": items}, env_arg, overrides)
-    summary, episodes_run = evaluate_played(config, policy)
+    summary, episodes_run = evaluate_played(config, policy, journal=journal, log=typer.echo)
     if summary["items"] == "stratified":
         typer.echo(f"{summary['episodes']} items spread over the split's categories (--items first: the first "
                    f"{summary['episodes']})")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..envs import registry
 from ..errors import UserError
 from ..config import PlayConfig, RolloutConfig
 from ..envs.tasks import choose_items
 from ..rollout.engine import RolloutEngine
+from ..rollout.journal import Journal
 from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
 from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
@@ -71,10 +74,13 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
-             listed_actions_only: bool = False, items: str = "first") -> tuple[dict, list[Trajectory]]:
+             listed_actions_only: bool = False, items: str = "first", journal: Journal | None = None,
+             log: Callable[[str], Any] = print) -> tuple[dict, list[Trajectory]]:
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
     categories: `envs.tasks.choose_items`), `samples` times each (`listed_actions_only`: a model
-    policy named by its folder replies only with listed actions, see `ModelPolicy`).
+    policy named by its folder replies only with listed actions, see `ModelPolicy`). With
+    `journal`, the episodes are written there every turn and a journal of this evaluation is
+    gone on from (`eval_journal`); `log` says so.
 
     Returns:
         (summary, trajectories); summary holds env, split, policy and the fields of
@@ -106,7 +112,11 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
 
     with engine, progress_bar(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
                               disable=not progress) as bar:
-        trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update)
+        trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update,
+                                  journal=journal)
+    if engine.reread or engine.resumed:
+        log(f"went on from the journal {journal.path}: {engine.reread} finished episodes kept, "
+            f"{engine.resumed} unfinished ones continued")
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
                "items": items if len(tasks) < split_size else "all",
@@ -114,14 +124,47 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     return summary, trajectories
 
 
-def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None) -> tuple[dict, list[Trajectory]]:
-    """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run)."""
+def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None, journal: Path | None = None,
+                    log: Callable[[str], Any] = print) -> tuple[dict, list[Trajectory]]:
+    """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run),
+    journaled at `journal` if given (`eval_journal`)."""
     set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, full_fine_tuning=False))
     return evaluate(config.env.id, policy, config.env.eval_split, config.eval.episodes or None, config.eval.samples,
                     config.eval.max_turns, config.eval.temperature, config.run.seed, config.rollout,
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
                     env_urls=config.env.urls, env_timeout=config.env.server_timeout,
-                    listed_actions_only=config.eval.listed_actions_only, items=config.eval.items)
+                    listed_actions_only=config.eval.listed_actions_only, items=config.eval.items,
+                    journal=eval_journal(journal, config, policy) if journal is not None else None, log=log)
+
+
+def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:
+    """The journal at `path` of evaluating `policy` with `config` (`eval --journal`): an evaluation
+    killed midway and run again with the same settings and weights goes on from it; one finished
+    is read back instead of played. Its key is the settings and the policy with a digest of its
+    folder's files, so another evaluation's journal is refused, not mixed in."""
+    from ..config.loader import to_dict
+
+    if not isinstance(policy, str):
+        raise UserError("a journal needs a policy named by a string (a folder, expert, random or api:MODEL)")
+    folder = model_folder(policy) if is_model_reference(policy) else Path(policy)
+    digest = hashlib.blake2b(digest_size=16)
+    if folder.is_dir():
+        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+            digest.update(str(file.relative_to(folder)).encode())
+            with file.open("rb") as stream:
+                while chunk := stream.read(1 << 24):
+                    digest.update(chunk)
+    key = json.dumps({"policy": policy, "files": digest.hexdigest(), "config": to_dict(config)}, sort_keys=True,
+                     default=str)
+    journal = Journal(path, key, every=1)
+    held = journal.key_on_file()
+    if held is not None and held != key:
+        raise UserError(f"{path} is the journal of another evaluation (other settings, items or weights); give "
+                        "another --journal or delete it")
+    if path.exists() and held is None:
+        raise UserError(f"{path} exists and is not a journal this version can read; give another --journal or "
+                        "delete it")
+    return journal
 
 
 def format_table(summary: dict, title: str | None = None) -> str:

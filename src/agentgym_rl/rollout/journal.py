@@ -48,6 +48,16 @@ class Journal:
             return None
         return record["state"]
 
+    def key_on_file(self) -> str | None:
+        """The key of the journal at `path`, or None (no journal, or one this format cannot read)."""
+        try:
+            record = pickle.loads(self.path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            return None
+        return record.get("signature", {}).get("key")
+
     def save(self, signature: dict[str, Any], state: dict[str, Any]) -> int:
         """Write `state` (replacing the last one); returns its bytes."""
         data = pickle.dumps({"format": FORMAT, "signature": {**signature, "key": self.key}, "state": state},
