@@ -38,25 +38,22 @@ class Journal:
     def load(self, signature: dict[str, Any]) -> dict[str, Any] | None:
         """The saved state of the run `signature` describes, or None (no journal, another run's,
         or an unreadable one: the run then starts afresh)."""
-        try:
-            record = pickle.loads(self.path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
-            return None
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
-            return None
-        if record.get("signature") != {**signature, "key": self.key}:
+        record = self._record()
+        if record is None or record.get("signature") != {**signature, "key": self.key}:
             return None
         return record["state"]
 
     def key_on_file(self) -> str | None:
         """The key of the journal at `path`, or None (no journal, or one this format cannot read)."""
+        record = self._record()
+        return None if record is None else record.get("signature", {}).get("key")
+
+    def _record(self) -> dict[str, Any] | None:
         try:
             record = pickle.loads(self.path.read_bytes())
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
             return None
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
-            return None
-        return record.get("signature", {}).get("key")
+        return record if isinstance(record, dict) and record.get("format") == FORMAT else None
 
     def save(self, signature: dict[str, Any], state: dict[str, Any]) -> int:
         """Write `state` (replacing the last one); returns its bytes."""
