@@ -106,6 +106,8 @@ def test_sigkill_mid_rollout_then_resume_finishes_every_started_episode_once_as_
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # step 2 trained once
     assert rows[1]["rollout/resumed_episodes"] > 0
+    # Every episode had begun: the unfinished continued, the finished (none here) read back.
+    assert rows[1]["rollout/resumed_episodes"] + rows[1]["rollout/reread_episodes"] == len(second)
     a = load_file(straight / "checkpoints" / "step_000002" / "model" / "model.safetensors")
     b = load_file(run_dir / "checkpoints" / "step_000002" / "model" / "model.safetensors")
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

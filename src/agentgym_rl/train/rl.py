@@ -554,6 +554,7 @@ class RLTrainer(Trainer):
         with_signal: set[int] = set()
         rounds, retried = 0, self.engine.retried
         journaled, resumed, began = self.engine.journal_s, self.engine.resumed, time.perf_counter()
+        reread = self.engine.reread
         weights = weights_fingerprint(self.learner.rollout_model) if self.config.rollout.journal_every else ""
         fingerprint_s = time.perf_counter() - began
         while True:
@@ -579,7 +580,9 @@ class RLTrainer(Trainer):
         if weights:
             metrics.update({"time/journal_s": self.engine.journal_s - journaled + fingerprint_s,
                             "rollout/journal_mb": self.engine.journal_bytes / 2**20,
-                            "rollout/resumed_episodes": self.engine.resumed - resumed})
+                            "rollout/resumed_episodes": self.engine.resumed - resumed,
+                            # finished before the stop: read back, so this step's rollout time is not a rollout's
+                            "rollout/reread_episodes": self.engine.reread - reread})
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, "sampling/refill_rounds": rounds,
