@@ -102,7 +102,8 @@ def run_state(config: RLConfig) -> str:
 
 def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str], Any] = print) -> list[str]:
     """Train each run as its own `agentgym-rl train` process, at most `jobs` at once, each
-    writing its console to `<run folder>.log`; returns a line for each run that failed.
+    writing its console to `<run folder>.log`; returns a line for each run that failed, in the
+    planned order (whichever failed first).
 
     Meant for the seeds of a small model on one large GPU, of which one run uses a small part
     (a SmolLM2-135M run needed at most 9.6 GB on a CPU). On a CPU the processes share its cores: unless
@@ -112,7 +113,7 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
 
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-    waiting, running, failed = list(planned), {}, []
+    waiting, running, failed = list(planned), {}, {}
     try:
         with progress_bar(total=len(planned), desc="runs", unit="run") as bar:
             def say(line: str) -> None:
@@ -140,8 +141,8 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
                     console.close()
                     bar.update()
                     if process.returncode:
-                        failed.append(f"{folder.name} (exit {process.returncode}: {_last_line(console.name)}; "
-                                      f"log {console.name})")
+                        failed[folder] = (f"{folder.name} (exit {process.returncode}: {_last_line(console.name)}; "
+                                          f"log {console.name})")
                         say(f"{folder}: failed, exit {process.returncode}")
                     else:
                         say(f"{folder}: trained in {time.monotonic() - began:.0f} s")
@@ -150,7 +151,7 @@ def train_in_processes(planned: list[PlannedRun], jobs: int, log: Callable[[str]
             process.terminate()
             process.wait()
             console.close()
-    return failed
+    return [failed[run.config.run.dir] for run in planned if run.config.run.dir in failed]
 
 
 def _last_line(path: str) -> str:
