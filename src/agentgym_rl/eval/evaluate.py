@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -17,7 +16,7 @@ from ..rollout.journal import Journal
 from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
 from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
-from ..agent.models import NAMED_MODELS, is_model_reference, model_folder
+from ..agent.models import NAMED_MODELS, file_sha256, is_model_reference, model_folder
 from .metrics import summarize
 from .policies import RandomPolicy
 
@@ -140,22 +139,16 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
 def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:
     """The journal at `path` of evaluating `policy` with `config` (`eval --journal`): an evaluation
     killed midway and run again with the same settings and weights goes on from it; one finished
-    is read back instead of played. Its key is the settings and the policy with a digest of its
-    folder's files, so another evaluation's journal is refused, not mixed in."""
+    is read back instead of played. Its key is the settings and the policy with the SHA-256 of each
+    file of its folder, so another evaluation's journal is refused, not mixed in."""
     from ..config.loader import to_dict
 
     if not isinstance(policy, str):
         raise UserError("a journal needs a policy named by a string (a folder, expert, random or api:MODEL)")
     folder = model_folder(policy) if is_model_reference(policy) else Path(policy)
-    digest = hashlib.blake2b(digest_size=16)
-    if folder.is_dir():
-        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
-            digest.update(str(file.relative_to(folder)).encode())
-            with file.open("rb") as stream:
-                while chunk := stream.read(1 << 24):
-                    digest.update(chunk)
-    key = json.dumps({"policy": policy, "files": digest.hexdigest(), "config": to_dict(config)}, sort_keys=True,
-                     default=str)
+    files = {str(f.relative_to(folder)): file_sha256(f) for f in sorted(folder.rglob("*")) if f.is_file()} \
+        if folder.is_dir() else {}
+    key = json.dumps({"policy": policy, "files": files, "config": to_dict(config)}, sort_keys=True, default=str)
     journal = Journal(path, key, every=1)
     held = journal.key_on_file()
     if held is not None and held != key:
