@@ -169,3 +169,22 @@ def test_the_config_command_lists_every_key_with_type_default_and_description():
                run("config", str(REPO / "configs" / "babyai_grpo.yaml"), "--keys").stdout.splitlines())
     wrong = run("config", str(REPO / "configs" / "babyai_grpo.yaml"), "--kind", "magic")
     assert wrong.returncode == 2 and "--kind must be auto or one of train, sft, dpo, rft" in wrong.stderr
+
+
+def test_a_config_given_to_the_wrong_command_names_the_command_that_runs_it():
+    from test_cli import run
+
+    from agentgym_rl.config.describe import load_for_command
+
+    sft = REPO / "configs" / "babyai_sft.yaml"
+    result = run("train", str(sft))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{sft} is a config for `agentgym-rl sft`: run `agentgym-rl sft {sft}`" in result.stderr
+    for command, path in (("sft", "babyai_grpo.yaml"), ("train", "babyai_dpo.yaml"), ("dpo", "babyai_rft.yaml")):
+        with pytest.raises(UserError, match="is a config for `agentgym-rl "):
+            load_for_command(command, REPO / "configs" / path, [])
+    # A mistaken key in a file the command runs is told as it was, with no other command named.
+    with pytest.raises(UserError) as error:
+        load_for_command("train", REPO / "configs" / "babyai_grpo.yaml", ["algo.bogus=1"])
+    assert "unknown config key 'algo.bogus'" in str(error.value) and "is a config for" not in str(error.value)
+    assert isinstance(load_for_command("rft", REPO / "configs" / "babyai_rft.yaml", []), RFTConfig)

@@ -253,6 +253,20 @@ def sft_run(tmp_path_factory):
     return root
 
 
+def test_collect_takes_the_first_items_unless_told_to_spread_them(tmp_path):
+    from agentgym_rl.envs import registry
+
+    categories = {task.item_id: task.category for task in registry.tasks("babyai", "train")}
+    drawn = {}
+    for items in ("first", "stratified"):
+        out = tmp_path / f"{items}.jsonl"
+        ok(run("collect", "--env", "babyai", "--policy", "expert", "--episodes", "4", "--out", str(out),
+               *(["--items", items] if items == "stratified" else [])))
+        drawn[items] = [json.loads(line)["item_id"] for line in out.read_text().splitlines()]
+    assert drawn["first"] == list(categories)[:4]
+    assert len({categories[item] for item in drawn["stratified"]}) == 4
+
+
 def test_collect_sft_eval(sft_run):
     run_dir = sft_run / "sft"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

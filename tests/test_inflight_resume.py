@@ -130,7 +130,7 @@ def test_a_validation_killed_midway_goes_on_from_its_journal_on_resume(tmp_path)
     # Not due at step 1 on these settings, as a run's last validation after train.time_limit_min
     # is not: the journal says it began.
     lines = _train(tmp_path, "killed", resume=True, extra=(*VALIDATING, "train.validate_every=100"))
-    assert "step 1: its validation did not finish before the run stopped; validating now" in lines
+    assert "step 1: its validation did not finish before the run stopped; going on from its journal" in lines
     assert "step 1: the validation went on from its journal (0 finished episodes kept, 4 unfinished ones " \
            "continued)" in lines
     again = load_trajectories(run_dir / "validation" / "step_000001.jsonl")

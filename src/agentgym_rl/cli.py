@@ -485,7 +485,7 @@ def train(
     """Train with online RL (GRPO + ScalingInter-RL by default). Under `torchrun --nproc_per_node N
     -m agentgym_rl.cli train ...` the run is data-parallel over N processes (train/distributed.py).
     `agentgym-rl config CONFIG` prints every key the config can set, with what it does."""
-    from .config import RLConfig, load_config
+    from .config.describe import load_for_command
     from .eval.plots import plot_run
     from .train import distributed
     from .train.rl import RLTrainer
@@ -493,7 +493,7 @@ def train(
     if resume and (overwrite or smoke):
         raise UserError(f"--resume continues a run and {'--overwrite' if overwrite else '--smoke'} starts it "
                         "afresh: give one of them")
-    train_config = load_config(RLConfig, config, _command_overrides(overrides, overwrite, smoke, "train", config))
+    train_config = load_for_command("train", config, _command_overrides(overrides, overwrite, smoke, "train", config))
     trainer = RLTrainer(train_config)
     try:
         trainer.fit(resume=resume)
@@ -560,6 +560,8 @@ def collect(
     env: Optional[str] = ENV,
     split: str = typer.Option("train", help="train or test (env.eval_split)."),
     episodes: Optional[int] = EPISODES,
+    items: Optional[str] = typer.Option(None, help="Which N items: 'first' (the default here) or 'stratified' "
+                                        "(spread over the split's categories) (eval.items)."),
     samples: Optional[int] = typer.Option(None, help="Episodes per item, several give DPO pairs (eval.samples)."),
     fmt: str = typer.Option("agenttraj", "--format", help="agenttraj (AgentGym's SFT records), chat "
                             "({\"messages\": ...}) or trajectory (our records with token ids)."),
@@ -577,7 +579,7 @@ def collect(
     config, policy = _play_config(policy, None, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
-        "--system-prompt": system_prompt}, env_arg, overrides)
+        "--system-prompt": system_prompt, **({"--items": items} if items else {})}, env_arg, overrides)
     result = collect_episodes(config, policy, out, fmt, successes_only)
     summary = result.summary
     dropped = []
@@ -598,11 +600,11 @@ def sft(
     smoke: bool = SMOKE,
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
-    from .config import SFTConfig, load_config
+    from .config.describe import load_for_command
     from .train.sft import SFTTrainer
 
     overrides = _command_overrides(overrides, overwrite, smoke, "sft", config)
-    result = SFTTrainer(load_config(SFTConfig, config, overrides)).fit()
+    result = SFTTrainer(load_for_command("sft", config, overrides)).fit()
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -614,11 +616,11 @@ def dpo(
     smoke: bool = SMOKE,
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
-    from .config import DPOConfig, load_config
+    from .config.describe import load_for_command
     from .train.dpo import DPOTrainer
 
     overrides = _command_overrides(overrides, overwrite, smoke, "dpo", config)
-    result = DPOTrainer(load_config(DPOConfig, config, overrides)).fit()
+    result = DPOTrainer(load_for_command("dpo", config, overrides)).fit()
     if result["before"] is not None:
         typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
@@ -632,10 +634,10 @@ def rft(
     smoke: bool = SMOKE,
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
-    from .config import RFTConfig, load_config
+    from .config.describe import load_for_command
     from .train.rft import RFTTrainer
 
-    trainer = RFTTrainer(load_config(RFTConfig, config, _command_overrides(overrides, overwrite, smoke, "rft", config)))
+    trainer = RFTTrainer(load_for_command("rft", config, _command_overrides(overrides, overwrite, smoke, "rft", config)))
     records = trainer.fit()
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:

@@ -45,6 +45,27 @@ def config_kind(path: str | Path | None, kind: str) -> str:
     return next(name for name, candidate in _classes().items() if candidate is cls)
 
 
+def load_for_command(command: str, path: str | Path, overrides: list[str]) -> Any:
+    """`command`'s config (train, sft, dpo, rft) from `path` plus `overrides`. A file that only
+    another command can run is refused naming that command: `train configs/babyai_sft.yaml`
+    would otherwise stop at a key RL has no use for ("unknown config key 'train.epochs'")."""
+    classes = _classes()
+    try:
+        return load_config(classes[command], path, overrides)
+    except UserError as error:
+        runs_it = []
+        for other, cls in classes.items():
+            try:
+                load_config(cls, path)
+            except UserError:
+                continue
+            runs_it.append(other)
+        if runs_it and command not in runs_it:
+            raise UserError(f"{error}; {path} is a config for `agentgym-rl {runs_it[0]}`: run "
+                            f"`agentgym-rl {runs_it[0]} {path}`") from None
+        raise
+
+
 def _description(owner: type, name: str) -> str:
     """A field's docstring, from the class that declares it (pydantic reads attribute docstrings
     only from a class's own source, so an inherited field has its description on a base)."""

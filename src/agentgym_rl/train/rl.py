@@ -380,8 +380,12 @@ class RLTrainer(Trainer):
             if main and first_validation:
                 validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
             elif main and validation_missing(self.run_dir, cfg, start):
-                # A step saves before it validates: the run stopped during this validation.
-                self.log(f"step {start}: its validation did not finish before the run stopped; validating now")
+                # A step saves before it validates: the run stopped during this validation, or the
+                # resumed config makes a step due that the first one did not.
+                began = validation_journal(self.run_dir, start).is_file()
+                self.log(f"step {start}: " + ("its validation did not finish before the run stopped; going on "
+                                              "from its journal" if began
+                                              else "its metrics hold no validation of it; validating now"))
                 validations.append(self.validate(start))
             if main and cfg.train.baseline and not first_validation:
                 why = ("the run resumes after step 0" if start
