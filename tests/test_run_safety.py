@@ -37,8 +37,11 @@ def test_resume_refuses_a_config_that_changes_what_the_checkpoints_hold(tmp_path
     message = str(caught.value)
     assert "algo.name ('grpo' -> 'ppo')" in message and "model.tiny.hidden_size (32 -> 64)" in message
     assert "\n" not in message
-    # More steps, another learning rate or validation settings are fine to change.
-    RLTrainer(toy_config(tmp_path, "train.steps=2", "optim.lr=0.01"), log=lambda _: None).fit(resume=True)
+    # More steps, another learning rate or validation settings are fine to change, and said.
+    said: list[str] = []
+    RLTrainer(toy_config(tmp_path, "train.steps=2", "optim.lr=0.01"), log=said.append).fit(resume=True)
+    assert "note: resumed with settings other than the run's config.yaml: optim.lr (0.0005 -> 0.01), " \
+           "train.steps (1 -> 2)" in said, said
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
 

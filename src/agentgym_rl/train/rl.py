@@ -83,6 +83,15 @@ def check_resumable(run_dir: Path, config: RLConfig) -> None:
                         "own; resume with its values or start a new run.name")
 
 
+def resumed_changes(run_dir: Path, config: RLConfig) -> list[str]:
+    """The keys the resumed `config` sets otherwise than the run's saved one, as "key (old ->
+    new)": a resume takes the command's config, so an override given at the start and not
+    repeated (`algo.group_size=4`) is quietly the file's value again unless someone says so."""
+    saved, now = _flatten(load_yaml(run_dir / CONFIG)), _flatten(to_dict(config))
+    return [f"{key} ({saved[key]!r} -> {now[key]!r})" for key in sorted(now)
+            if key in saved and saved[key] != now[key] and key != "run.overwrite"]
+
+
 class LogprobGap:
     """|log p_generator − log p_learner| over action tokens: ~0 when the generator samples with the
     learner's weights in the same precision; it grows when generation runs elsewhere (another
@@ -257,6 +266,9 @@ class RLTrainer(Trainer):
             self.session, state, checkpoint = self._reopen(options)
             start = state["step"]
             self.log(f"resumed from {checkpoint} at step {start}")
+            changed = resumed_changes(self.run_dir, cfg)
+            if changed:
+                self.log(f"note: resumed with settings other than the run's {CONFIG}: {', '.join(changed)}")
         else:
             self.session = Session.start(cfg, self.log, already_running="use --resume or a new run.name", **options)
         self.tokenizer, self.learner = self.session.tokenizer, self.session.learner
