@@ -114,6 +114,23 @@ def test_a_captured_log_gets_each_line_as_it_is_written():
     (["train", "configs/babyai_grpo.yaml", "algo.bogus=1"], "unknown config key 'algo.bogus'"),
     (["train", "configs/babyai_grpo.yaml", "nonsense"], "not of the form key=value"),
     (["train", "configs/babyai_grpo.yaml", "model.path=/no/such/model"], "is not a directory with a config.json"),
+    (["train", "configs/babyai_grpo.yaml", "run.name=../elsewhere"], "run.name must name a folder inside run.output_dir"),
+    (["train", "configs"], "config file 'configs' is a folder; give a YAML file"),
+    (["train", "configs/babyai_sft.yaml"], "configs/babyai_sft.yaml is a config for `agentgym-rl sft`"),
+    (["serve-model", "no-such-model"], "(a named model is one of: smollm2-135m-instruct;"),
+    # output files are checked before the work, not after it
+    (["eval", "--policy", "expert", "--episodes", "1", "--json", "configs"], "--json 'configs' is a folder"),
+    (["collect", "--policy", "expert", "--episodes", "1", "--out", "configs"], "--out 'configs' is a folder"),
+    (["eval", "--policy", "expert", "--env-arg", "list_actions"], "--env-arg 'list_actions' is not of the form key=value"),
+    (["compare", "configs/babyai_grpo.yaml", "--seeds", ""], "--seeds must be comma-separated integers"),
+    (["compare", "configs/babyai_grpo.yaml", "--seeds", "0,,1"], "--seeds must be comma-separated integers"),
+    (["compare", "configs/babyai_grpo.yaml", "--seeds", "1,1"], "--seeds gives a seed twice"),
+    (["compare", "configs/babyai_grpo.yaml", "configs/babyai_dpo.yaml"], "is a config for `agentgym-rl dpo`"),
+    (["bench-agent", "no-such-policy", "--envs", "babyai"], "policy 'no-such-policy' is neither 'expert'"),
+    (["bench-agent", "configs", "--envs", "babyai"], "model path 'configs' has no config.json"),
+    (["bench-agent", "expert", "--envs", "babyai", "--episodes", "0"], "--episodes must be >= 1"),
+    (["bench-agent", "expert", "--envs", ","], "--envs names no environment"),
+    (["bench-agent", "expert", "--envs", "babyai", "--out", "README.md"], "--out 'README.md' is a file"),
 ])
 def test_user_mistakes_are_one_line_errors(args, message):
     repo = Path(__file__).resolve().parent.parent

@@ -95,6 +95,10 @@ def test_overrides_are_typed_and_nested():
     ("algo.aggregation=sum", "bad config in algo: grpo: unknown aggregation 'sum'"),
     ("schedule.kind=linear", "bad config in schedule:"),
     ("model.tiny.num_heads=3", "bad config in model.tiny: hidden_size (128) must be a multiple of num_heads (3)"),
+    # a run folder outside run.output_dir would be written there (and emptied by --overwrite)
+    ("run.name=/", "bad config in run: run.name must name a folder inside run.output_dir"),
+    ("run.name=../mine", "bad config in run: run.name must name a folder inside run.output_dir"),
+    ("run.name=.", "bad config in run: run.name must name a folder inside run.output_dir"),
 ])
 def test_bad_keys_types_and_values_are_one_line_errors(override, message):
     with pytest.raises(UserError) as caught:
@@ -133,6 +137,14 @@ def test_malformed_yaml_names_the_line(tmp_path):
         load_config(RLConfig, path)
     with pytest.raises(UserError, match="does not exist"):
         load_config(RLConfig, tmp_path / "missing.yaml")
+    with pytest.raises(UserError, match="is a folder; give a YAML file"):
+        load_config(RLConfig, tmp_path)
+    (tmp_path / "utf16.yaml").write_text("train: {steps: 2}", encoding="utf-16")
+    with pytest.raises(UserError, match="is not a UTF-8 text file"):
+        load_config(RLConfig, tmp_path / "utf16.yaml")
+    (tmp_path / "twice.yaml").write_text("optim:\n  lr: 0.1\n  grad_clip: 1.0\n  lr: 0.2\n")
+    with pytest.raises(UserError, match="line 4 is not valid YAML: the key 'lr' is given twice"):
+        load_config(RLConfig, tmp_path / "twice.yaml")
 
 
 # ------------------------------------------------------------- agentgym-rl config
@@ -188,3 +200,12 @@ def test_a_config_given_to_the_wrong_command_names_the_command_that_runs_it():
         load_for_command("train", REPO / "configs" / "babyai_grpo.yaml", ["algo.bogus=1"])
     assert "unknown config key 'algo.bogus'" in str(error.value) and "is a config for" not in str(error.value)
     assert isinstance(load_for_command("rft", REPO / "configs" / "babyai_rft.yaml", []), RFTConfig)
+
+
+def test_the_config_command_tells_an_rl_file_from_its_values_when_its_sections_are_ambiguous(tmp_path):
+    from agentgym_rl.config.describe import config_class
+
+    (tmp_path / "steps.yaml").write_text("train: {steps: 2}\n")  # SFT has a train section too
+    (tmp_path / "epochs.yaml").write_text("train: {epochs: 2}\n")
+    assert config_class(tmp_path / "steps.yaml", "auto") is RLConfig
+    assert config_class(tmp_path / "epochs.yaml", "auto") is SFTConfig

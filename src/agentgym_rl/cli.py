@@ -116,6 +116,30 @@ SYSTEM_PROMPT = typer.Option(None, "--system-prompt/--no-system-prompt", help="O
 OVERRIDES = typer.Argument(None, help="Other key.sub=value overrides of the env, rollout, eval and run sections.")
 
 
+def _output_files(**paths: Optional[Path]) -> None:
+    """Refuse, before any work, an output file (`--json`, `--out`, ...) that cannot be written:
+    a folder, or one under a file; its folder is made. Else an evaluation would finish first."""
+    for flag, path in paths.items():
+        if path is None:
+            continue
+        option = "--" + flag.replace("_", "-")
+        if path.is_dir():
+            raise UserError(f"{option} {str(path)!r} is a folder; give a file path")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(f"{option} {str(path)!r}: its folder cannot be made ({error.strerror or error})") from None
+
+
+def _env_args(items: Optional[List[str]]) -> list[str]:
+    """The `--env-arg key=value` items, each checked for its "=" (else the complaint would name
+    the internal key `env.kwargs.KEY`)."""
+    for item in items or []:
+        if "=" not in item:
+            raise UserError(f"--env-arg {item!r} is not of the form key=value (e.g. --env-arg list_actions=true)")
+    return list(items or [])
+
+
 def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_args: Optional[List[str]],
                  overrides: Optional[List[str]]):
     """The `PlayConfig` of an `eval` or `collect` call, and the policy to play.
@@ -154,7 +178,7 @@ def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_ar
     for flag, value in flags.items():
         if value is not None:
             set_key(data, FLAG_KEYS[flag], value)
-    for item in env_args or []:
+    for item in _env_args(env_args):
         apply_override(data, f"env.kwargs.{item}")
     for item in overrides or []:
         apply_override(data, item)
@@ -200,6 +224,7 @@ def eval_command(
     from .eval.evaluate import evaluate_played, format_table
     from .rollout.trajectory import save_trajectories
 
+    _output_files(json=json_out, trajectories=trajectories, journal=journal)
     config, policy = _play_config(policy, run, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
@@ -246,6 +271,7 @@ def bench_agent(
     Pass@k against k)."""
     from .config import apply_override, from_dict, set_key
     from .config.evaluation import SuiteConfig
+    from .eval.evaluate import check_policy
     from .eval.suite import run_suite
     from .runs import holds_run, latest_model, played_settings, run_of
 
@@ -271,9 +297,16 @@ def bench_agent(
             set_key(data, key, value)
     for item in overrides or []:
         apply_override(data, item)
+    if envs and not names:
+        raise UserError("--envs names no environment; give ids (e.g. babyai,textcraft) or all")
+    if episodes is not None and episodes < 1:
+        raise UserError(f"--episodes must be >= 1 (leave it out for every item), got {episodes}")
     config = from_dict(SuiteConfig, data)
+    check_policy(policy, config.rollout)  # once, not once per environment after the others ran
     if out is None:
         out = run_dir / "bench" if run_dir is not None else Path("runs") / "bench" / Path(policy.replace(":", "_")).name
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {str(out)!r} is a file; give a folder")
     results = run_suite(policy, config, out)
     typer.echo((out / "table.md").read_text())
     typer.echo(f"results: {out}/results.json, results.csv, table.md; plots: {out}/turns.png, pass_at_k.png")
@@ -281,9 +314,10 @@ def bench_agent(
         from .ui.report import write_report
 
         typer.echo(f"run report with them: {write_report(run_dir)}")
-    failed = [env_id for env_id, result in results["envs"].items() if "error" in result]
+    failed = {env_id: result["error"] for env_id, result in results["envs"].items() if "error" in result}
     if failed:
-        typer.echo(f"not run: {', '.join(failed)} (reasons in the table)", err=True)
+        for env_id, why in failed.items():
+            typer.echo(f"not run: {env_id}: {why}", err=True)
         raise typer.Exit(1)
 
 
@@ -332,7 +366,7 @@ def serve_env(
     from .server.app import create_app
 
     kwargs: dict = {}
-    for item in env_arg or []:
+    for item in _env_args(env_arg):
         apply_override(kwargs, item)
     key = os.environ.get("AGENTGYM_RL_SNAPSHOT_KEY")
     try:
@@ -532,9 +566,11 @@ def compare(
     from .train.compare import run_comparison
 
     try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+        seed_list = [int(s) for s in seeds.split(",")]
     except ValueError:
-        raise UserError(f"--seeds must be comma-separated integers, got {seeds!r}") from None
+        raise UserError(f"--seeds must be comma-separated integers (e.g. 0,1,2), got {seeds!r}") from None
+    if len(set(seed_list)) < len(seed_list):
+        raise UserError(f"--seeds gives a seed twice: {seeds!r}")
     # An argument with "=" is an override, as for train and eval, unless it names a file.
     overrides = [item for item in items if "=" in item and not Path(item).is_file()]
     configs = [Path(item) for item in items if item not in overrides]
@@ -576,6 +612,7 @@ def collect(
     """Play a policy through the rollout engine and write its episodes (e.g. expert demonstrations)."""
     from .train.collect import collect as collect_episodes
 
+    _output_files(out=out)
     config, policy = _play_config(policy, None, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .models import model_folder
+from .models import NAMED_MODELS, model_folder
 
 
 def resolve_device(name: str) -> Any:
@@ -46,7 +46,8 @@ def load_tokenizer(path: str | Path) -> Any:
     """The tokenizer of a local model folder (with a pad token; see `load_model_and_tokenizer`)."""
     folder = model_folder(path)
     if not folder.is_dir():
-        raise UserError(f"model path {str(path)!r} is not a directory")
+        raise UserError(f"model path {str(path)!r} is not a directory (a named model is one of: "
+                        f"{', '.join(sorted(NAMED_MODELS))}; `agentgym-rl models list`)")
     if not (folder / "config.json").is_file():
         raise UserError(f"model path {str(path)!r} has no config.json (not a Hugging Face model folder)")
     tokenizer = _tokenizer_class(folder).from_pretrained(folder, local_files_only=True)

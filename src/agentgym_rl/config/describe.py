@@ -36,7 +36,19 @@ def config_class(path: str | Path | None, kind: str) -> type:
     data = load_yaml(path) if path is not None else {}
     keys = set(data) if isinstance(data, dict) else set()
     fitting = [cls for cls in classes.values() if keys <= set(cls.__pydantic_fields__)]
-    return min(fitting, key=lambda cls: len(cls.__pydantic_fields__)) if fitting else classes["train"]
+    # Sections alone can be ambiguous (`train: {steps: 2}` has SFT's sections too): a class that
+    # loads the file goes first.
+    loading = [cls for cls in fitting if _loads(cls, path)]
+    pool = loading or fitting
+    return min(pool, key=lambda cls: len(cls.__pydantic_fields__)) if pool else classes["train"]
+
+
+def _loads(cls: type, path: str | Path | None) -> bool:
+    try:
+        load_config(cls, path)
+    except UserError:
+        return False
+    return True
 
 
 def config_kind(path: str | Path | None, kind: str) -> str:
@@ -53,13 +65,7 @@ def load_for_command(command: str, path: str | Path, overrides: list[str]) -> An
     try:
         return load_config(classes[command], path, overrides)
     except UserError as error:
-        runs_it = []
-        for other, cls in classes.items():
-            try:
-                load_config(cls, path)
-            except UserError:
-                continue
-            runs_it.append(other)
+        runs_it = [other for other, cls in classes.items() if _loads(cls, path)]
         if runs_it and command not in runs_it:
             raise UserError(f"{error}; {path} is a config for `agentgym-rl {runs_it[0]}`: run "
                             f"`agentgym-rl {runs_it[0]} {path}`") from None

@@ -103,16 +103,41 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that gives a key twice (PyYAML keeps the last one
+    without a word, so the first of two `lr:` lines would be silently ignored)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, typing.Hashable):
+                continue  # the base constructor refuses it with its own message
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     source = Path(path)
+    if source.is_dir():
+        raise UserError(f"config file {str(path)!r} is a folder; give a YAML file (e.g. configs/babyai_grpo.yaml)")
     if not source.is_file():
         raise UserError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(source.read_text()) or {}
+        data = yaml.load(source.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError:
+        raise UserError(f"config file {str(path)!r} is not a UTF-8 text file") from None
+    except OSError as error:
+        raise UserError(f"cannot read config file {str(path)!r}: {error.strerror or error}") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"config file {str(path)!r}{line} is not valid YAML") from None
+        problem = getattr(error, "problem", None)
+        detail = f": {problem}" if problem and "twice" in problem else ""
+        raise UserError(f"config file {str(path)!r}{line} is not valid YAML{detail}") from None
     if not isinstance(data, dict):
         raise UserError(f"config file {str(path)!r} must hold a mapping at the top level")
     return data

@@ -63,6 +63,13 @@ class RunConfig:
     """Start afresh in a run folder that already holds a run, deleting what it holds (the
     commands' `--overwrite`); false refuses such a folder (`--resume` continues it instead)."""
 
+    def __post_init__(self) -> None:
+        # The folder is written, and with `overwrite` emptied: it must be one of output_dir's own.
+        parts = Path(self.name).parts
+        if not parts or Path(self.name).is_absolute() or any(part in (".", "..") for part in parts):
+            raise ValueError(f"run.name must name a folder inside run.output_dir (e.g. 'mine' or 'study/seed0'), "
+                             f"not {self.name!r}")
+
     @property
     def dir(self) -> Path:
         return Path(self.output_dir) / self.name

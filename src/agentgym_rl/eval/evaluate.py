@@ -25,6 +25,23 @@ API_PREFIX = "api:"
 """`--policy api:MODEL`: a chat model behind `rollout.generator_url` (`rollout/chat_api.py`)."""
 
 
+def check_policy(policy: str, rollout: RolloutConfig | None = None, look_inside: bool = True) -> None:
+    """Raise the UserError `make_policy` would for a policy string that cannot be played, from
+    what is cheap to see (no model is loaded): `bench-agent` checks once before its environments.
+    `look_inside`: also refuse a folder without a model's config.json (loading would, later)."""
+    if policy in ("expert", "random") or is_model_reference(policy):
+        return
+    if policy.startswith(API_PREFIX):
+        if rollout is None or not rollout.generator_url:
+            raise UserError(f"--policy {policy} needs the API's address: rollout.generator_url=https://HOST/v1")
+        return
+    if not Path(policy).exists():
+        raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL', a named model "
+                        f"({', '.join(sorted(NAMED_MODELS))}) nor an existing model folder")
+    if look_inside and not (Path(policy) / "config.json").is_file():
+        raise UserError(f"model path {policy!r} has no config.json (not a Hugging Face model folder)")
+
+
 def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, device: str = "cpu",
                 dtype: str = "float32", rollout: RolloutConfig | None = None, listed_actions_only: bool = False) -> Any:
     """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a named model or
@@ -39,9 +56,8 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, d
         return registry.make_expert(env_id)
     if policy == "random":
         return RandomPolicy(seed)
+    check_policy(policy, rollout, look_inside=False)  # the backend's own checks come first
     if policy.startswith(API_PREFIX):
-        if rollout is None or not rollout.generator_url:
-            raise UserError(f"--policy {policy} needs the API's address: rollout.generator_url=https://HOST/v1")
         from ..rollout.chat_api import ChatAPIPolicy
 
         return ChatAPIPolicy(rollout.generator_url, policy.removeprefix(API_PREFIX), temperature,
@@ -49,9 +65,6 @@ def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, d
                              max_concurrency=rollout.generator_concurrency, retries=rollout.generator_retries)
     if is_model_reference(policy):  # a named model or a .gguf file: its prepared folder
         policy = str(model_folder(policy))
-    if not Path(policy).exists():
-        raise UserError(f"policy {policy!r} is neither 'expert', 'random', '{API_PREFIX}MODEL', a named model "
-                        f"({', '.join(sorted(NAMED_MODELS))}) nor an existing model folder")
     return folder_policy(policy, temperature, rollout, dtype, device, seed, listed_actions_only)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import RLConfig, load_config
+from ..config.describe import load_for_command
 from ..errors import UserError
 from ..eval.compare import format_comparison, format_each_run, plot_comparison, summarize_runs
 from ..runs import checkpoint_step, holds_run, latest_checkpoint, trained_steps
@@ -56,7 +57,7 @@ def run_comparison(configs: list[Path], seeds: list[int], overrides: list[str], 
     for path, label in zip(configs, labels):
         for seed in seeds:
             run_overrides = [*overrides, f"run.seed={seed}", f"run.output_dir={out_dir}", f"run.name={label}_s{seed}"]
-            config = load_config(RLConfig, path, run_overrides)
+            config = load_for_command("train", path, run_overrides)  # an sft/dpo/rft file is named as such
             runs.setdefault(label, []).append(config.run.dir)
             episodes = config.eval.episodes
             state = run_state(config)
