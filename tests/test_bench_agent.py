@@ -163,6 +163,22 @@ def test_a_served_model_scores_what_the_in_process_model_scores(model_dir, tmp_p
     assert "API tokens (as the server reported them): babyai" in (tmp_path / "served" / "table.md").read_text()
 
 
+def test_episodes_whose_prompt_leaves_no_room_for_a_reply_are_named_not_just_scored_zero(model_dir):
+    from agentgym_rl.config import RolloutConfig
+
+    said: list[str] = []
+    summary, episodes = evaluate("babyai", str(model_dir), episodes=2, max_turns=3, progress=False, log=said.append,
+                                 rollout=RolloutConfig(max_new_tokens=8, max_context=40))
+    assert summary["success"] == 0 and all(t.turns == 0 for t in episodes)
+    longest = max(len(t.input_ids) for t in episodes)
+    assert longest + 8 > 40  # the prompt alone is longer than the context leaves for it
+    assert said == [f"warning: 2 of 2 episodes ended before their first reply: the opening prompt (up to {longest} "
+                    "tokens) and a 8-token reply do not fit rollout.max_context=40"]
+    evaluate("babyai", str(model_dir), episodes=2, max_turns=3, progress=False, log=said.append,
+             rollout=RolloutConfig(max_new_tokens=8))
+    assert len(said) == 1  # nothing to say when the episodes were played
+
+
 def test_sampled_episodes_repeat_with_the_same_seed(model_dir, tmp_path):
     config = suite_config(envs=["babyai"], episodes=3, samples=2, greedy=False, max_turns={"babyai": 3})
     played = []

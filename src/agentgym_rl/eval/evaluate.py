@@ -129,6 +129,12 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if engine.reread or engine.resumed:
         log(f"went on from the journal {journal.path}: {engine.reread} finished episodes kept, "
             f"{engine.resumed} unfinished ones continued")
+    unplayed = [t for t in trajectories if t.truncated and t.turns == 0 and not t.error]
+    if unplayed:
+        longest = max(len(t.input_ids) for t in unplayed)
+        log(f"warning: {len(unplayed)} of {len(trajectories)} episodes ended before their first reply: the opening "
+            f"prompt (up to {longest} tokens) and a {rollout.max_new_tokens}-token reply do not fit "
+            f"rollout.max_context={rollout.max_context}")
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
                "items": items if len(tasks) < split_size else "all",
