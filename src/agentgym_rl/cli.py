@@ -286,6 +286,8 @@ def bench_agent(
         if holds_run(policy):
             policy = str(latest_model(run_dir))
     names = [name for item in envs or [] for name in item.split(",") if name]
+    if envs and not names:
+        raise UserError("--envs names no environment; give ids (e.g. babyai,textcraft) or all")
     if names == ["all"]:
         names = []  # suite.envs empty: every registered environment
     elif not names and run_dir is not None and env.get("id"):
@@ -297,8 +299,6 @@ def bench_agent(
             set_key(data, key, value)
     for item in overrides or []:
         apply_override(data, item)
-    if envs and not names:
-        raise UserError("--envs names no environment; give ids (e.g. babyai,textcraft) or all")
     if episodes is not None and episodes < 1:
         raise UserError(f"--episodes must be >= 1 (leave it out for every item), got {episodes}")
     config = from_dict(SuiteConfig, data)
