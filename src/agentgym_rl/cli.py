@@ -257,7 +257,7 @@ def bench_agent(
     greedy: Optional[bool] = typer.Option(None, "--greedy/--no-greedy", help="Also play each item once at "
                                           "temperature 0, the headline Avg@1 (suite.greedy; default on)."),
     episodes: Optional[int] = typer.Option(None, help="N items of each test split, spread over its categories "
-                                           "(suite.episodes; default: all; --items first: the first N)."),
+                                           "(suite.episodes; default 0: all; --items first: the first N)."),
     items: Optional[str] = typer.Option(None, help="'stratified' (default) or 'first' (suite.items)."),
     seed: Optional[int] = SEED,
     url: Optional[str] = typer.Option(None, help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1: "
@@ -299,8 +299,6 @@ def bench_agent(
             set_key(data, key, value)
     for item in overrides or []:
         apply_override(data, item)
-    if episodes is not None and episodes < 1:
-        raise UserError(f"--episodes must be >= 1 (leave it out for every item), got {episodes}")
     config = from_dict(SuiteConfig, data)
     check_policy(policy, config.rollout)  # once, not once per environment after the others ran
     if out is None:
