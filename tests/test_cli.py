@@ -122,6 +122,7 @@ def test_a_captured_log_gets_each_line_as_it_is_written():
     (["eval", "--policy", "expert", "--episodes", "1", "--json", "configs"], "--json 'configs' is a folder"),
     (["collect", "--policy", "expert", "--episodes", "1", "--out", "configs"], "--out 'configs' is a folder"),
     (["eval", "--policy", "expert", "--env-arg", "list_actions"], "--env-arg 'list_actions' is not of the form key=value"),
+    (["eval", "--policy", "expert", "--env-arg", "=true"], "--env-arg '=true' is not of the form key=value"),
     (["compare", "configs/babyai_grpo.yaml", "--seeds", ""], "--seeds must be comma-separated integers"),
     (["compare", "configs/babyai_grpo.yaml", "--seeds", "0,,1"], "--seeds must be comma-separated integers"),
     (["compare", "configs/babyai_grpo.yaml", "--seeds", "1,1"], "--seeds gives a seed twice"),

@@ -142,6 +142,11 @@ def test_malformed_yaml_names_the_line(tmp_path):
     (tmp_path / "utf16.yaml").write_text("train: {steps: 2}", encoding="utf-16")
     with pytest.raises(UserError, match="is not a UTF-8 text file"):
         load_config(RLConfig, tmp_path / "utf16.yaml")
+    # YAML's merge key is not a key given twice: an anchored section reused, one key overridden
+    (tmp_path / "merged.yaml").write_text("optim: &base {lr: 0.1, grad_clip: 0.5}\n"
+                                          "eval: {episodes: 3}\nx: {<<: *base, lr: 0.2}\n")
+    from agentgym_rl.config import load_yaml
+    assert load_yaml(tmp_path / "merged.yaml")["x"] == {"lr": 0.2, "grad_clip": 0.5}
     (tmp_path / "twice.yaml").write_text("optim:\n  lr: 0.1\n  grad_clip: 1.0\n  lr: 0.2\n")
     with pytest.raises(UserError, match="line 4 is not valid YAML: the key 'lr' is given twice"):
         load_config(RLConfig, tmp_path / "twice.yaml")
@@ -192,8 +197,9 @@ def test_a_config_given_to_the_wrong_command_names_the_command_that_runs_it():
     result = run("train", str(sft))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"{sft} is a config for `agentgym-rl sft`: run `agentgym-rl sft {sft}`" in result.stderr
-    for command, path in (("sft", "babyai_grpo.yaml"), ("train", "babyai_dpo.yaml"), ("dpo", "babyai_rft.yaml")):
-        with pytest.raises(UserError, match="is a config for `agentgym-rl "):
+    for command, path, right in (("sft", "babyai_grpo.yaml", "train"), ("train", "babyai_dpo.yaml", "dpo"),
+                                 ("dpo", "babyai_rft.yaml", "rft")):
+        with pytest.raises(UserError, match=f"is a config for `agentgym-rl {right}`"):
             load_for_command(command, REPO / "configs" / path, [])
     # A mistaken key in a file the command runs is told as it was, with no other command named.
     with pytest.raises(UserError) as error:

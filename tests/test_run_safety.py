@@ -37,13 +37,31 @@ def test_resume_refuses_a_config_that_changes_what_the_checkpoints_hold(tmp_path
     message = str(caught.value)
     assert "algo.name ('grpo' -> 'ppo')" in message and "model.tiny.hidden_size (32 -> 64)" in message
     assert "\n" not in message
+    said: list[str] = []  # the config the run started with: nothing to say
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=said.append).fit(resume=True)
+    assert any(line.startswith("resumed from") for line in said) and not any("note: resumed" in x for x in said)
     # More steps, another learning rate or validation settings are fine to change, and said.
     said: list[str] = []
     RLTrainer(toy_config(tmp_path, "train.steps=2", "optim.lr=0.01"), log=said.append).fit(resume=True)
-    assert "note: resumed with settings other than the run's config.yaml: optim.lr (0.0005 -> 0.01), " \
-           "train.steps (1 -> 2)" in said, said
+    assert "note: resumed with settings other than those the run started with (config.yaml): optim.lr (0.0005 -> " \
+           "0.01), train.steps (1 -> 2)" in said, said
     rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
+
+
+def test_a_resume_names_a_dropped_setting_and_not_a_key_an_older_version_did_not_save(tmp_path):
+    from agentgym_rl.config import to_dict
+    from agentgym_rl.train.rl import resumed_changes
+
+    started = to_dict(toy_config(tmp_path, "env.kwargs.list_actions=true"))
+    del started["algo"]["idle_turn_penalty"]  # as a run saved before the key existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(started))
+    assert resumed_changes(tmp_path, toy_config(tmp_path)) == ["env.kwargs.list_actions (True -> <unset>)"]
+    assert resumed_changes(tmp_path, toy_config(tmp_path, "env.kwargs.list_actions=true")) == []
+    started["algo"]["gone_key"] = 1  # a key this version no longer has: what both hold is compared
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(started))
+    assert resumed_changes(tmp_path, toy_config(tmp_path, "env.kwargs.list_actions=true", "optim.lr=0.01")) == \
+        ["optim.lr (0.0005 -> 0.01)"]
 
 
 def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, counter_env_registered):

@@ -135,7 +135,7 @@ def _env_args(items: Optional[List[str]]) -> list[str]:
     """The `--env-arg key=value` items, each checked for its "=" (else the complaint would name
     the internal key `env.kwargs.KEY`)."""
     for item in items or []:
-        if "=" not in item:
+        if not item.partition("=")[0].strip() or "=" not in item:
             raise UserError(f"--env-arg {item!r} is not of the form key=value (e.g. --env-arg list_actions=true)")
     return list(items or [])
 
@@ -672,7 +672,8 @@ def rft(
     from .config.describe import load_for_command
     from .train.rft import RFTTrainer
 
-    trainer = RFTTrainer(load_for_command("rft", config, _command_overrides(overrides, overwrite, smoke, "rft", config)))
+    overrides = _command_overrides(overrides, overwrite, smoke, "rft", config)
+    trainer = RFTTrainer(load_for_command("rft", config, overrides))
     records = trainer.fit()
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:

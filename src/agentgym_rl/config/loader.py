@@ -110,6 +110,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: the base constructor merges it (a later key overrides it)
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, typing.Hashable):
                 continue  # the base constructor refuses it with its own message

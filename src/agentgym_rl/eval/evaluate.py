@@ -133,8 +133,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if unplayed:
         longest = max(len(t.input_ids) for t in unplayed)
         log(f"warning: {len(unplayed)} of {len(trajectories)} episodes ended before their first reply: the opening "
-            f"prompt (up to {longest} tokens) and a {rollout.max_new_tokens}-token reply do not fit "
-            f"rollout.max_context={rollout.max_context}")
+            f"prompt (up to {longest} tokens){' with rollout.reply_prefix' if rollout.reply_prefix else ''} and a "
+            f"{rollout.max_new_tokens}-token reply do not fit rollout.max_context={rollout.max_context}")
     summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
                "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
                "items": items if len(tasks) < split_size else "all",

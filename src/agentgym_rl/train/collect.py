@@ -54,7 +54,8 @@ def write_conversations(trajectories: list[Trajectory], path: str | Path, fmt: s
 
 def collect(config: PlayConfig, policy: str, out: str | Path, fmt: str = "agenttraj",
             successes_only: bool = False) -> Collected:
-    """Play `policy` on the first `config.eval.episodes` items of `config.env.eval_split` (0: all),
+    """Play `policy` on `config.eval.episodes` items of `config.env.eval_split` (0: all; the first
+    ones, or spread over its categories, as `config.eval.items` says),
     `config.eval.samples` times each, and write the episodes to `out`.
 
     Args:

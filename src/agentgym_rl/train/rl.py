@@ -20,7 +20,7 @@ import torch
 
 from ..algos import (KL, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, make_kl_controller,
                      masked_mean, outcome_token_rewards, penalize_tokens, rl_objective)
-from ..config import RLConfig, load_yaml, to_dict
+from ..config import RLConfig, from_dict, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
@@ -84,12 +84,27 @@ def check_resumable(run_dir: Path, config: RLConfig) -> None:
 
 
 def resumed_changes(run_dir: Path, config: RLConfig) -> list[str]:
-    """The keys the resumed `config` sets otherwise than the run's saved one, as "key (old ->
-    new)": a resume takes the command's config, so an override given at the start and not
-    repeated (`algo.group_size=4`) is quietly the file's value again unless someone says so."""
-    saved, now = _flatten(load_yaml(run_dir / CONFIG)), _flatten(to_dict(config))
-    return [f"{key} ({saved[key]!r} -> {now[key]!r})" for key in sorted(now)
-            if key in saved and saved[key] != now[key] and key != "run.overwrite"]
+    """The keys the resumed `config` sets otherwise than the run's saved one (the config it
+    started with), as "key (old -> new)": a resume takes the command's config, so an override
+    given at the start and not repeated (`algo.group_size=4`) is quietly the file's value again
+    unless someone says so. The saved config is read with today's defaults (a key an older
+    version did not save is its default, not a change); a key only one side holds (an entry of
+    `env.kwargs` dropped or added) is "<unset>" on the other."""
+    raw = load_yaml(run_dir / CONFIG)
+    now = _flatten(to_dict(config))
+    try:
+        saved = _flatten(to_dict(from_dict(RLConfig, raw)))
+        keys = {*saved, *now}  # both complete: a key on one side only is a dict entry dropped or added
+    except UserError:  # a key this version no longer has: compare what both hold
+        saved = _flatten(raw)
+        keys = saved.keys() & now.keys()
+    unset = object()
+
+    def shown(value: Any) -> str:
+        return "<unset>" if value is unset else repr(value)
+
+    return [f"{key} ({shown(saved.get(key, unset))} -> {shown(now.get(key, unset))})"
+            for key in sorted(keys) if key != "run.overwrite" and saved.get(key, unset) != now.get(key, unset)]
 
 
 class LogprobGap:
@@ -268,7 +283,8 @@ class RLTrainer(Trainer):
             self.log(f"resumed from {checkpoint} at step {start}")
             changed = resumed_changes(self.run_dir, cfg)
             if changed:
-                self.log(f"note: resumed with settings other than the run's {CONFIG}: {', '.join(changed)}")
+                self.log(f"note: resumed with settings other than those the run started with ({CONFIG}): "
+                         f"{', '.join(changed)}")
         else:
             self.session = Session.start(cfg, self.log, already_running="use --resume or a new run.name", **options)
         self.tokenizer, self.learner = self.session.tokenizer, self.session.learner
