@@ -310,6 +310,7 @@ def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monk
     validations = RLTrainer(config, log=lines.append).fit(resume=True)
     assert "step 1: its metrics hold no validation of it; validating now" in lines
     assert "note: train.baseline is not used: the run resumes after step 0" in lines
+    assert not any("updated the policy" in line for line in lines), lines  # it trained no step
     assert [v["step"] for v in validations] == [1]
     assert validated_steps(tmp_path / "cut") == {0, 1} and run_state(config) == "complete"
 

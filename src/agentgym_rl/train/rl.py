@@ -519,7 +519,7 @@ class RLTrainer(Trainer):
         if idle:
             self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "
                      "'no update' lines above")
-        else:
+        elif ran:  # a resume that only played a missing validation trained no step
             self.log("the step updated the policy" if ran == 1 else f"all {ran} steps updated the policy")
         if stale:
             counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(stale).items())
