@@ -135,7 +135,8 @@ def _env_args(items: Optional[List[str]]) -> list[str]:
     """The `--env-arg key=value` items, each checked for its "=" (else the complaint would name
     the internal key `env.kwargs.KEY`)."""
     for item in items or []:
-        if not item.partition("=")[0].strip() or "=" not in item:
+        key, equals, _ = item.partition("=")
+        if not equals or not key.strip():
             raise UserError(f"--env-arg {item!r} is not of the form key=value (e.g. --env-arg list_actions=true)")
     return list(items or [])
 

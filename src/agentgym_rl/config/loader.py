@@ -103,6 +103,10 @@ def set_key(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+class _KeyGivenTwice(yaml.constructor.ConstructorError):
+    """A mapping that gives a key twice (`_UniqueKeyLoader`): its message is worth showing."""
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a mapping that gives a key twice (PyYAML keeps the last one
     without a word, so the first of two `lr:` lines would be silently ignored)."""
@@ -116,8 +120,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key, typing.Hashable):
                 continue  # the base constructor refuses it with its own message
             if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
-                                                        key_node.start_mark)
+                raise _KeyGivenTwice(None, None, f"the key {key!r} is given twice", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -137,8 +140,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(error, "problem", None)
-        detail = f": {problem}" if problem and "twice" in problem else ""
+        detail = f": {error.problem}" if isinstance(error, _KeyGivenTwice) else ""
         raise UserError(f"config file {str(path)!r}{line} is not valid YAML{detail}") from None
     if not isinstance(data, dict):
         raise UserError(f"config file {str(path)!r} must hold a mapping at the top level")

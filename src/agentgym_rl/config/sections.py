@@ -65,8 +65,8 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # The folder is written, and with `overwrite` emptied: it must be one of output_dir's own.
-        parts = Path(self.name).parts
-        if not parts or Path(self.name).is_absolute() or any(part in (".", "..") for part in parts):
+        parts = Path(self.name).parts  # "" and "." have none; "a/./b" drops its "."
+        if not parts or Path(self.name).is_absolute() or ".." in parts:
             raise ValueError(f"run.name must name a folder inside run.output_dir (e.g. 'mine' or 'study/seed0'), "
                              f"not {self.name!r}")
 
