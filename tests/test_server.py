@@ -221,10 +221,11 @@ def test_rl_trains_on_environment_servers(tmp_path, counter_env_registered):
 
 
 def test_serve_env_and_eval_through_the_command_line(tmp_path):
-    """`agentgym-rl serve-env` in its own process, then `eval` playing the expert on it."""
+    """`agentgym-rl serve-env` in its own process, without torch, then `eval` playing the expert on it."""
     import json
     import subprocess
     import sys
+    from pathlib import Path
 
     from test_cli import run
 
@@ -243,6 +244,10 @@ def test_serve_env_and_eval_through_the_command_line(tmp_path):
                 assert server.poll() is None, server.communicate()[1][-2000:]
                 assert time.monotonic() < deadline, "serve-env did not start"
                 time.sleep(0.2)
+        # An env server needs no model: torch stays out of it (it tripled its start and its memory).
+        maps = Path(f"/proc/{server.pid}/maps")
+        if maps.exists():
+            assert "libtorch" not in maps.read_text()
         out = tmp_path / "summary.json"
         result = run("eval", "--policy", "expert", "--episodes", "3", f"env.urls=[{url}]", "--json", str(out))
         assert result.returncode == 0, result.stderr[-2000:]

@@ -4,6 +4,8 @@ per tenant and its reset."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -16,7 +18,7 @@ from agentgym_rl.envs.web import forum_tasks, shop_tasks
 from agentgym_rl.envs.web.forum_data import ME, build_forum
 from agentgym_rl.envs.web.forum_site import forum_app
 from agentgym_rl.envs.web.task_plans import TEST_PER_TEMPLATE
-from agentgym_rl.envs.web.site_server import TENANT_HEADER, TenantDatabases
+from agentgym_rl.envs.web.site_server import TENANT_HEADER, SiteServer, TenantDatabases
 
 
 @pytest.mark.parametrize("reply, action", [
@@ -202,3 +204,13 @@ def test_embedded_tasks_split_and_kinds():
         assert {"sites", "start_url", "intent", "intent_template", "instantiation_dict", "require_reset",
                 "eval", "category", "expert"} <= set(task)
         assert task["expert"][-1]["do"] == "stop"
+
+
+def test_a_site_answers_without_waiting_for_delayed_acks():
+    """Nagle's algorithm is off on the site's socket (its connections inherit it): with it on,
+    each response on a reused connection waited 40 ms for the client's ACK of its headers."""
+    server = SiteServer(shop_app(TenantDatabases(lambda: build_shop(0))), "shopping")
+    try:
+        assert server.listener.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        server.close()

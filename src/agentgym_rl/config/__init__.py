@@ -6,13 +6,40 @@ Sections live in `sections`; the RL run's config in `rl`, the imitation trainers
 them, with one-line errors.
 """
 
-from .evaluation import PLAYED_SECTIONS, PlayConfig
-from .imitation import (DPOConfig, DPODataConfig, DPOLossConfig, PairConfig, RFTConfig, RFTRoundConfig, SFTConfig,
-                        SFTDataConfig)
-from .loader import apply_override, from_dict, load_config, load_yaml, set_key, to_dict
-from .rl import AlgoConfig, RLConfig, ScheduleConfig, TrainLoopConfig
-from .sections import (EnvConfig, EvalConfig, FinetuneConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
-                       SampleConfig, TinyModelConfig, TrainingRun, WarmupConfig)
+import importlib
+from typing import TYPE_CHECKING
+
+# The name each submodule exports here. They load on first use (PEP 562), so that a module
+# needing only `sections` (an environment's task list, an env server) does not import `rl`,
+# whose algorithm registry imports torch: `serve-env` started in 4.6 s with it, 1.5 s without.
+_EXPORTS = {
+    "evaluation": ("PLAYED_SECTIONS", "PlayConfig"),
+    "imitation": ("DPOConfig", "DPODataConfig", "DPOLossConfig", "PairConfig", "RFTConfig", "RFTRoundConfig",
+                  "SFTConfig", "SFTDataConfig"),
+    "loader": ("apply_override", "from_dict", "load_config", "load_yaml", "set_key", "to_dict"),
+    "rl": ("AlgoConfig", "RLConfig", "ScheduleConfig", "TrainLoopConfig"),
+    "sections": ("EnvConfig", "EvalConfig", "FinetuneConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
+                 "RunConfig", "SampleConfig", "TinyModelConfig", "TrainingRun", "WarmupConfig"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_MODULE_OF[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # what type checkers and editors see
+    from .evaluation import PLAYED_SECTIONS, PlayConfig
+    from .imitation import (DPOConfig, DPODataConfig, DPOLossConfig, PairConfig, RFTConfig, RFTRoundConfig,
+                            SFTConfig, SFTDataConfig)
+    from .loader import apply_override, from_dict, load_config, load_yaml, set_key, to_dict
+    from .rl import AlgoConfig, RLConfig, ScheduleConfig, TrainLoopConfig
+    from .sections import (EnvConfig, EvalConfig, FinetuneConfig, ModelConfig, OptimConfig, RolloutConfig,
+                           RunConfig, SampleConfig, TinyModelConfig, TrainingRun, WarmupConfig)
 
 __all__ = [
     "AlgoConfig", "DPOConfig", "DPODataConfig", "DPOLossConfig", "EnvConfig", "EvalConfig", "FinetuneConfig",
