@@ -215,3 +215,14 @@ def test_the_config_command_tells_an_rl_file_from_its_values_when_its_sections_a
     (tmp_path / "epochs.yaml").write_text("train: {epochs: 2}\n")
     assert config_class(tmp_path / "steps.yaml", "auto") is RLConfig
     assert config_class(tmp_path / "epochs.yaml", "auto") is SFTConfig
+
+
+def test_every_name_the_config_package_exports_resolves():
+    """The package loads its submodules on first use: a name filed under the wrong submodule
+    would fail only where it is first used."""
+    import agentgym_rl.config as package
+
+    for name in package.__all__:
+        getattr(package, name)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        package.Nope

@@ -7,7 +7,6 @@ them, with one-line errors.
 """
 
 import importlib
-from typing import TYPE_CHECKING
 
 # The name each submodule exports here. They load on first use (PEP 562), so that a module
 # needing only `sections` (an environment's task list, an env server) does not import `rl`,
@@ -32,19 +31,4 @@ def __getattr__(name: str):
     return value
 
 
-if TYPE_CHECKING:  # what type checkers and editors see
-    from .evaluation import PLAYED_SECTIONS, PlayConfig
-    from .imitation import (DPOConfig, DPODataConfig, DPOLossConfig, PairConfig, RFTConfig, RFTRoundConfig,
-                            SFTConfig, SFTDataConfig)
-    from .loader import apply_override, from_dict, load_config, load_yaml, set_key, to_dict
-    from .rl import AlgoConfig, RLConfig, ScheduleConfig, TrainLoopConfig
-    from .sections import (EnvConfig, EvalConfig, FinetuneConfig, ModelConfig, OptimConfig, RolloutConfig,
-                           RunConfig, SampleConfig, TinyModelConfig, TrainingRun, WarmupConfig)
-
-__all__ = [
-    "AlgoConfig", "DPOConfig", "DPODataConfig", "DPOLossConfig", "EnvConfig", "EvalConfig", "FinetuneConfig",
-    "ModelConfig", "OptimConfig", "PLAYED_SECTIONS", "PairConfig", "PlayConfig", "RFTConfig", "RFTRoundConfig",
-    "RLConfig", "RolloutConfig", "RunConfig", "SFTConfig", "SFTDataConfig", "SampleConfig", "ScheduleConfig",
-    "TinyModelConfig", "TrainLoopConfig", "TrainingRun", "WarmupConfig", "apply_override", "from_dict",
-    "load_config", "load_yaml", "set_key", "to_dict",
-]
+__all__ = sorted(_MODULE_OF)
