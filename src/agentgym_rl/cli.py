@@ -328,14 +328,13 @@ def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs
 
     import uvicorn
 
+    from .http_guards import listening_socket
+
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind((host, port))
+        listener = listening_socket(host, port)
     except (OSError, OverflowError) as error:
         raise UserError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
-    address = f"[{host}]" if family == socket.AF_INET6 else host
+    address = f"[{host}]" if listener.family == socket.AF_INET6 else host
     typer.echo(f"listening on http://{address}:{listener.getsockname()[1]}/ ({what}; Ctrl-C stops)")
     # On SIGTERM uvicorn waits this long for requests in flight, then cancels them and shuts
     # the app down (serve-model then stops its generations).

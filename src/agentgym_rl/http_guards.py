@@ -8,13 +8,15 @@ puts in front of its routes, so that hostile or careless requests get a 4xx and 
 - `add_error_handlers`: a 422 for a malformed body that quotes at most a short excerpt of it
   and encodes whatever the client sent (an infinite number, a lone surrogate, raw bytes);
 - `Text`, the string type of request fields: text that is not valid Unicode (a lone surrogate
-  escape) is refused at validation instead of failing deep in a tokenizer or an encoder.
+  escape) is refused at validation instead of failing deep in a tokenizer or an encoder;
+- `listening_socket`, the socket each server (the web env's sites too) listens on.
 """
 
 from __future__ import annotations
 
 import hmac
 import json
+import socket
 from typing import Annotated, Any, Iterable
 
 from pydantic import AfterValidator
@@ -145,3 +147,23 @@ def add_error_handlers(app: Any) -> None:
         return JSONResponse({"detail": details}, status_code=422)
 
     app.add_exception_handler(RequestValidationError, invalid)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host:port` (port 0: a free one) for uvicorn's `sockets=`; raises
+    OSError (address in use, not permitted) or OverflowError (port out of range).
+
+    Nagle's algorithm is off: asyncio turns it off only on sockets made with proto=IPPROTO_TCP
+    (this one has proto 0, as do the connections it accepts, which inherit the option), and
+    with it on a response's body waited for the client's delayed ACK of its headers, 40 ms on
+    each request of a reused connection (measured with curl and httpx on the web env's sites,
+    which run on plain asyncio; uvloop, under the CLI's servers, sets it itself)."""
+    listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        listener.bind((host, port))
+    except BaseException:
+        listener.close()
+        raise
+    return listener

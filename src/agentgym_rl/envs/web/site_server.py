@@ -11,7 +11,6 @@ tenant "0".
 from __future__ import annotations
 
 import asyncio
-import socket
 import sqlite3
 import threading
 from typing import Callable
@@ -19,6 +18,8 @@ from urllib.parse import parse_qs
 
 import uvicorn
 from starlette.requests import Request
+
+from ...http_guards import listening_socket
 
 TENANT_HEADER = "x-agentgym-tenant"
 
@@ -94,15 +95,7 @@ class SiteServer:
 
     def __init__(self, app, name: str):
         self.name = name
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # asyncio turns Nagle's algorithm off only on sockets made with proto=IPPROTO_TCP (this
-        # one has proto 0, as do the connections it accepts): left on, a response's body waited
-        # for the client's delayed ACK of its headers, 40 ms on each request of a reused
-        # connection (httpx, curl; Chromium was not slowed). Accepted connections inherit it.
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.listener = sock
+        sock = self.listener = listening_socket("127.0.0.1", 0)
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
