@@ -76,6 +76,33 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, coun
     assert [r["step"] for r in rows] == [1, 2, 3]  # step 2 was trained again, then step 3
 
 
+def test_keep_checkpoints_deletes_older_ones_after_each_save_and_the_run_resumes(tmp_path, counter_env_registered):
+    said: list[str] = []
+    RLTrainer(toy_config(tmp_path, "train.steps=3", "train.keep_checkpoints=2"), log=said.append).fit()
+    folder = tmp_path / "toy" / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["step_000002", "step_000003"]
+    assert [line for line in said if line.startswith("deleted")] == \
+        ["deleted checkpoint step_000001 (train.keep_checkpoints=2)"]
+    RLTrainer(toy_config(tmp_path, "train.steps=4", "train.keep_checkpoints=1"), log=lambda _: None).fit(resume=True)
+    assert sorted(p.name for p in folder.iterdir()) == ["step_000004"]
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_pruning_keeps_every_checkpoint_while_the_newest_is_damaged(tmp_path, counter_env_registered):
+    from agentgym_rl.runs import prune_checkpoints
+
+    RLTrainer(toy_config(tmp_path, "train.steps=3"), log=lambda _: None).fit()
+    run_dir = tmp_path / "toy"
+    newest = run_dir / "checkpoints" / "step_000003" / "model" / "model.safetensors"
+    whole = newest.read_bytes()
+    newest.write_bytes(whole[: len(whole) // 2])  # a write cut short
+    assert prune_checkpoints(run_dir, 1) == []
+    newest.write_bytes(whole)
+    assert [p.name for p in prune_checkpoints(run_dir, 1)] == ["step_000001", "step_000002"]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step_000003"]
+
+
 def test_resuming_a_run_without_a_checkpoint_says_why(tmp_path, counter_env_registered):
     RLTrainer(toy_config(tmp_path, "train.steps=1", "train.save_every=5"), log=lambda _: None).fit()
     for folder in (tmp_path / "toy" / "checkpoints").iterdir():  # as if it stopped before its first save

@@ -159,6 +159,20 @@ def checkpoints(run_dir: str | Path, prefix: str = "step_") -> list[Path]:
     return sorted((Path(run_dir) / "checkpoints").glob(f"{prefix}*"))
 
 
+def prune_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
+    """Delete all but the newest `keep` (>= 1) `step_N/` checkpoints of a run; returns the
+    folders deleted, oldest first. Nothing is deleted while the newest does not look whole
+    (`model_damage`): a write cut short must leave the one before it to resume from."""
+    found = checkpoints(run_dir)
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}")
+    if len(found) <= keep or model_damage(found[-1] / "model") is not None:
+        return []
+    for folder in found[:-keep]:
+        shutil.rmtree(folder)
+    return found[:-keep]
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     found = checkpoints(run_dir)
     return found[-1] if found else None

@@ -133,6 +133,10 @@ class TrainLoopConfig:
     """Write a checkpoint every k steps, and after the last. 0 writes none: a quick run of a
     real model then leaves no 1.5 GB checkpoint (SmolLM2's weights and AdamW state), and can be
     neither resumed nor evaluated with `eval --run`."""
+    keep_checkpoints: NonNegative = 0
+    """Keep only the newest k checkpoints, deleting older ones after each save (0 keeps all).
+    SmolLM2's take ~1.6 GB each with the AdamW state: `train.save_every=1` on a long run fills
+    a disk without it."""
     time_limit_min: NonNegativeFloat = 0.0
     """Stop after the first step that ends this many minutes after training began (0: no
     limit), as if it were the last: it saves and (when `validate_every` is set) validates, and

@@ -28,7 +28,7 @@ from ..eval.metrics import change_sentence, item_success, summarize
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
-from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run, validated_steps
+from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run, prune_checkpoints, validated_steps
 from . import distributed
 from .asynchronous import RolloutsAhead, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
@@ -488,6 +488,10 @@ class RLTrainer(Trainer):
                     save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{last_step:06d}.jsonl")
                 if save:  # before the validation, which may take longer than the step (SmolLM2 on a CPU: 40 min+)
                     self.save(last_step)
+                    if cfg.train.keep_checkpoints:
+                        for folder in prune_checkpoints(self.run_dir, cfg.train.keep_checkpoints):
+                            self.log(f"deleted checkpoint {folder.name} (train.keep_checkpoints="
+                                     f"{cfg.train.keep_checkpoints})")
                 if cfg.train.validate_every and cfg.eval.episodes and (
                         last_step % cfg.train.validate_every == 0 or out_of_time):
                     validations.append(self.validate(last_step))
