@@ -256,6 +256,11 @@ def test_right_token_loss_hand_example():
     assert LOSS["right_token"] is right_token_loss
     with pytest.raises(ValueError):
         right_token_loss(torch.zeros(1, 2), torch.ones(1, 3))
+    # Row weights in place of 1/B: row 0's mean, ln 2 + ln 4 over 2, weighed 0.75.
+    weighed, _ = right_token_loss(logprobs.detach(), mask, torch.tensor([0.75, 0.25]))
+    assert math.isclose(weighed.item(), 0.75 * (LN(2) + LN(4)) / 2, rel_tol=1e-6)
+    with pytest.raises(ValueError, match="row_weights shape"):
+        right_token_loss(logprobs.detach(), mask, torch.ones(3))
 
 
 # ---------------------------------------------------------------------- KL as a reward

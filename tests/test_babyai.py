@@ -297,6 +297,19 @@ def test_first_wrong_token_finds_where_the_action_left_every_available_one(actio
     assert first_wrong_token(list(range(len(REPLY_TOKENS))), decode, actions) == expected
 
 
+@pytest.mark.parametrize("tokens, finished, expected", [
+    (["Action", ":", " go", " to", "\n", "Then"], True, 4),       # the line ended the action: its "\n"
+    (["Action", ":", " go", " to", "<stop>"], True, 4),             # the stop token ended it
+    (["Action", ":", " go", " to", " grey"], False, None),          # the token limit cut a right start
+    (["Action", ":", " go", " to", " gray"], False, 4),             # a wrong token before the cut is still wrong
+])
+def test_an_action_that_stops_short_went_wrong_where_it_ended(tokens, finished, expected):
+    def decode(ids):  # the stop token decodes to nothing, as tokenizers skip special tokens
+        return "".join(tokens[i] for i in ids if tokens[i] != "<stop>")
+
+    assert first_wrong_token(list(range(len(tokens))), decode, ["go to grey key 1"], finished) == expected
+
+
 @pytest.mark.parametrize("tokens, expected", [
     (["Thought", ": look", "\n", "You", " see"], 3),   # the line after the thought is not an action
     (["Thought", ": look", "\n\n", " You"], 3),         # blank space before it is passed over

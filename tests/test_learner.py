@@ -94,6 +94,32 @@ def test_micro_batches_accumulate_to_the_full_batch_step(tiny_tokenizer):
     assert any(not torch.allclose(a, b) for a, b in zip(model.parameters(), fresh.parameters()))
 
 
+def test_a_mean_over_rows_adds_up_across_micro_batches_weighed_by_tokens(tiny_tokenizer):
+    """The right-token term is a mean over rows, while a token-mean objective has the learner
+    weigh each micro-batch by its share of loss tokens: `row_weights` make four micro-batches of
+    one row (1, 2, 3 and 5 loss tokens) give the gradient of one batch of the four."""
+    from agentgym_rl.algos import right_token_loss
+
+    rows = [([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], 3), ([5, 6, 7], [0, 1, 1], 2), ([10, 11, 12, 13], [0, 0, 0, 1], 3),
+            ([14, 15, 16, 17, 18, 19], [0, 1, 1, 1, 1, 1], 4)]
+    batch = collate([Trajectory("e", f"e_{i}", "c", input_ids=ids, loss_mask=mask, wrong_tokens=[wrong],
+                                right_tokens=[[20, 21]]) for i, (ids, mask, wrong) in enumerate(rows)],
+                    tiny_tokenizer.pad_token_id, right_tokens=True)
+
+    def gradients(micro_batch_size: int, weighed: bool) -> list[torch.Tensor]:
+        model = build_model(tiny_tokenizer, SMALL)  # the same weights every time (seeded)
+        learner = Learner(model, OptimConfig(lr=0.1, micro_batch_size=micro_batch_size, grad_clip=0))
+        learner.update(batch, lambda micro, out: right_token_loss(
+            out["right_logprobs"], micro.right_token_positions(), micro.row_weights if weighed else None), "tokens")
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    whole = gradients(4, True)
+    for split, expected in zip(gradients(1, True), whole):
+        assert torch.allclose(split, expected, atol=1e-6)
+    # Each micro-batch's plain mean over its own rows, scaled by its share of tokens, is another gradient.
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(gradients(1, False), whole))
+
+
 def test_the_heap_is_handed_back_after_each_micro_batch_backward(tiny_tokenizer, monkeypatch):
     """What one micro-batch freed is not kept for the next (glibc fragments it otherwise)."""
     model = build_model(tiny_tokenizer, SMALL)

@@ -357,14 +357,16 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
         fit("sampled", f"train.baseline={step0}", "eval.temperature=1.0")
 
 
-@pytest.mark.parametrize("skip,expected", [(True, 2), (False, 4)])
-def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, expected):
+@pytest.mark.parametrize("skip,entropy,expected", [(True, 0.0, 2), (False, 0.0, 4), (True, 0.01, 4)])
+def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_env_registered, skip, entropy,
+                                                            expected):
     """Two GRPO groups of two: rewards (1, 0) give advantages ±1, rewards (0.5, 0.5) give 0.
-    Without a KL or value term the second group is skipped unless skip_zero_advantage=false."""
+    Without a KL, value or entropy term the second group is skipped unless
+    skip_zero_advantage=false (an entropy bonus reads every row)."""
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}")
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.skip_zero_advantage={skip}", f"algo.entropy_coef={entropy}")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8],

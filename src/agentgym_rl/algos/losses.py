@@ -342,7 +342,8 @@ def entropy_loss(
 
 
 @register_loss("right_token")
-def right_token_loss(right_logprobs: Tensor, right_mask: Tensor) -> tuple[Tensor, Metrics]:
+def right_token_loss(right_logprobs: Tensor, right_mask: Tensor,
+                     row_weights: Tensor | None = None) -> tuple[Tensor, Metrics]:
     """Move probability onto the continuations the environment listed, where a reply left them.
 
     At a rejected reply's wrong token (`Trajectory.wrong_tokens`) the available actions say
@@ -354,10 +355,14 @@ def right_token_loss(right_logprobs: Tensor, right_mask: Tensor) -> tuple[Tensor
     Args:
         right_logprobs: (B, T) log Σ_{v right} π(v | ids[:t]) (`train.learner.token_outputs`).
         right_mask: (B, T) 0/1 or bool, 1 at the wrong tokens that have right continuations.
+        row_weights: (B,) weight of each row (`TokenBatch.row_weights`: a micro-batch's rows
+            weighed so that the micro-batches add up to the mean over the whole update's rows);
+            absent, 1/B.
 
     Returns:
         loss: the mean over rows of each row's mean −right_logprob (rows without such tokens
-            count as 0, so the term weighs rows as seq-mean aggregation does).
+            count as 0, so the term weighs rows as seq-mean aggregation does), weighed by
+            `row_weights` when given.
         metrics: "right_prob", the mean probability of the right continuations where they are
             (0 when there are none).
     """
@@ -365,5 +370,10 @@ def right_token_loss(right_logprobs: Tensor, right_mask: Tensor) -> tuple[Tensor
         raise ValueError(f"right_logprobs shape {tuple(right_logprobs.shape)} != mask shape "
                          f"{tuple(right_mask.shape)}")
     per_row = masked_mean(-right_logprobs, right_mask, dim=-1)
-    loss = per_row.sum() / max(right_logprobs.shape[0], 1)
+    if row_weights is None:
+        loss = per_row.sum() / max(right_logprobs.shape[0], 1)
+    elif row_weights.shape != per_row.shape:
+        raise ValueError(f"row_weights shape {tuple(row_weights.shape)} != ({right_logprobs.shape[0]},)")
+    else:
+        loss = (per_row * row_weights).sum()
     return loss, {"right_prob": masked_mean(right_logprobs.detach().exp(), right_mask).item()}

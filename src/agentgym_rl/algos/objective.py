@@ -27,8 +27,10 @@ from .presets import SPEC_FIELDS, AlgorithmSpec
 from .registry import LOSS, Metrics, lookup
 
 OBJECTIVE_INPUTS = ("logprobs", "old_logprobs", "generator_logprobs", "advantages", "mask", "token_weights",
-                    "values", "old_values", "returns", "ref_logprobs", "right_logprobs", "right_mask", "entropy")
-"""The tensors a loss term may take by parameter name, each (B, T) over B rows of T tokens:
+                    "values", "old_values", "returns", "ref_logprobs", "right_logprobs", "right_mask", "entropy",
+                    "row_weights")
+"""The tensors a loss term may take by parameter name, each (B, T) over B rows of T tokens
+but `row_weights`, (B,):
 
     logprobs            log π_θ of the sampled tokens, with gradient
     old_logprobs        log π_old, the policy that sampled them (the learner's rescoring or
@@ -44,6 +46,8 @@ OBJECTIVE_INPUTS = ("logprobs", "old_logprobs", "generator_logprobs", "advantage
     right_logprobs, right_mask     log total probability of the right continuations and
                         where they are (`right_token_loss`)
     entropy             per-token entropy of the policy, with gradient
+    row_weights         each row's weight in a term that is a mean over rows, as the learner
+                        weighs this micro-batch (`TokenBatch.row_weights`)
 """
 
 

@@ -41,9 +41,12 @@ class AlgoRunConfig:
     """Skip (and log) an optimizer step whose approximate KL to the sampling policy exceeds
     this (0: never skip)."""
     skip_zero_advantage: bool = True
-    """Leave rows whose advantage is zero on every token out of the update when no KL loss
-    or value term needs them: they add nothing to the policy gradient, only compute (as in
-    DAPO's dynamic sampling). False keeps every row, e.g. to compare runs at equal cost."""
+    """Leave rows whose advantage is zero on every token out of the update when no KL, value
+    or entropy term needs them (as DAPO's dynamic sampling does). They add nothing to the
+    policy gradient's sum, but with token-mean aggregation they count in its denominator: a
+    step that keeps a quarter of its tokens takes a gradient 4x larger per token than with
+    false (before clipping and Adam's normalisation). False keeps every row, e.g. to compare
+    runs at equal cost."""
     recompute_old_logprobs: bool = True
     """Score the rollouts with the learner before updating, instead of trusting the
     generator's logprobs (they differ when generation runs elsewhere, e.g. vLLM). An update of

@@ -44,7 +44,7 @@ def drop_thought(text: str) -> str:
 
 
 def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str],
-                      actions: Sequence[str]) -> int | None:
+                      actions: Sequence[str], finished: bool = True) -> int | None:
     """Index of the reply token at which its action stops being the start of any of `actions`.
 
     "go to grey key 1" when only "go to green key 1" exists goes wrong at the token that
@@ -61,12 +61,15 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
         reply_ids: the reply's token ids.
         decode: ids -> reply text (decoding a prefix of the ids gives a prefix of the text).
         actions: the actions available when the reply was made.
+        finished: whether a stop token ended the reply (False: the token limit cut it).
 
     Returns:
-        The token index; the last token's when the action stops short of a listed one ("go
-        to" then the end of the reply). None when the action is one of `actions` (the
-        environment refused an action it listed), cannot be located in the text, or a thought
-        is all the reply holds.
+        The token index. When the action stops short of a listed one, the token that ended
+        it: the one after it ("go to" then "\n..."), or the stop token that ended the reply.
+        None when the action is one of `actions` (the environment refused an action it
+        listed), cannot be located in the text, a thought is all the reply holds, or the
+        token limit cut the reply inside an action that was still a listed one's start
+        (nothing it wrote was wrong).
     """
     reply = decode(reply_ids)
     thought = _THOUGHT_OPENING.match(reply)
@@ -82,9 +85,12 @@ def first_wrong_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]]
     if wanted in listed:
         return None
     matched = max(len(os.path.commonprefix([wanted, a])) for a in listed)
-    if matched == len(wanted):
-        return len(reply_ids) - 1
-    return _token_at(reply_ids, decode, start + matched)
+    if matched < len(wanted):
+        return _token_at(reply_ids, decode, start + matched)
+    after = _token_at(reply_ids, decode, start + len(action))
+    if after is not None:
+        return after
+    return len(reply_ids) - 1 if finished and reply_ids else None
 
 
 def action_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> int | None:

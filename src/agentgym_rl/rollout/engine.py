@@ -432,7 +432,7 @@ class RolloutEngine:
             record.invalid_turns.append(record.turns)
             record.invalid_actions += 1
             decode = self._reply_decoder(policy) if actions else None
-            wrong = first_wrong_token(episode.reply_ids, decode, actions) if decode else None
+            wrong = first_wrong_token(episode.reply_ids, decode, actions, reply.finished) if decode else None
             if wrong is not None:
                 record.wrong_tokens.append(episode.reply_start + wrong)
                 record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, decode,

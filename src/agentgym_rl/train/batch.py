@@ -36,6 +36,10 @@ class TokenBatch:
         segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding).
         position_ids: (B, T) long, a packed batch's positions, restarting at every document.
         ref_sequence_logprobs: (B,) float, log π_ref(row) summed over the loss mask (DPO).
+        row_weights: (B,) float, set by `Learner.update` on each micro-batch: what a term that
+            is a mean over rows (`algos.right_token_loss`) weighs each row by, so that the
+            micro-batches' weighted losses add up to that mean over the update's rows whether the
+            learner weighs micro-batches by tokens or by rows.
     """
 
     input_ids: torch.Tensor
@@ -51,6 +55,7 @@ class TokenBatch:
     segment_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     ref_sequence_logprobs: torch.Tensor | None = None
+    row_weights: torch.Tensor | None = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The fields that are set."""

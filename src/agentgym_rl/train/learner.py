@@ -416,7 +416,8 @@ class Learner:
 
         Each micro-batch's loss is weighted by its share of the batch's loss tokens
         (`weight_by="tokens"`, exact for token-mean losses) or rows ("sequences"), so the
-        step equals one full-batch step whatever the micro-batch size.
+        step equals one full-batch step whatever the micro-batch size. A term that is a mean
+        over rows under token weighting weighs its rows by the micro-batch's `row_weights`.
 
         `skip_above=("approx_kl", 0.05)` drops the step (gradients computed, weights left
         alone) when that loss metric, averaged over the batch, exceeds the bound: a guard
@@ -433,8 +434,9 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         world = data_parallel_size()
         total = float(batch.loss_mask.sum() if weight_by == "tokens" else batch.size)
+        rows = float(batch.size)
         if world > 1:  # shares are of the global batch: every rank's rows together
-            total = _all_reduce_sum(torch.tensor([total], dtype=torch.float64)).item()
+            total, rows = _all_reduce_sum(torch.tensor([total, rows], dtype=torch.float64)).tolist()
         if total == 0:  # no loss token on any rank
             return {}
         summed: dict[str, float] = {}
@@ -453,6 +455,8 @@ class Learner:
                                             self.temperature, self._chunk(self.model), autocast=self.autocast)
                     (sum(value.sum() for value in outputs.values()) * 0.0).backward()
                 continue
+            # A mean over rows, scaled by `share` below, must weigh each row 1 / rows in all.
+            micro.row_weights = torch.full((micro.size,), 1.0 / (rows * share), device=micro.input_ids.device)
             loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
                                                          self.temperature, self._chunk(self.model),
                                                          positions=micro.trained_positions(), trees=trees,

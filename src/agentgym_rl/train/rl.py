@@ -683,9 +683,10 @@ class RLTrainer(Trainer):
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
         batch.returns = out.returns
-        # A row with zero advantage adds nothing to the policy gradient; without a KL or value
-        # term it only costs compute, so it is skipped (as DAPO's dynamic sampling does).
-        other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward)
+        # A row with zero advantage adds nothing to the policy gradient; without a KL, value or
+        # entropy term it adds only compute and tokens to the mean, so it is skipped (as DAPO's
+        # dynamic sampling does).
+        other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward) or spec.entropy_coef > 0
         skip_zero = algo.skip_zero_advantage and not other_terms
         signal = batch.advantages.abs().sum(1) > 0
         if batch.right_ids is not None:  # the right-token loss needs no advantage
@@ -765,7 +766,8 @@ class RLTrainer(Trainer):
                   "generator_logprobs": batch.generator_logprobs, "advantages": batch.advantages,
                   "mask": batch.loss_mask, "old_values": batch.old_values, "returns": batch.returns,
                   "ref_logprobs": batch.ref_logprobs,
-                  "right_mask": batch.right_token_positions() if batch.right_ids is not None else None}
+                  "right_mask": batch.right_token_positions() if batch.right_ids is not None else None,
+                  "row_weights": batch.row_weights}
         return rl_objective(self._objective_spec, inputs)
 
     # ------------------------------------------------------------------ validate and save
