@@ -40,6 +40,11 @@ def test_summary_over_seeds(tmp_path):
     table = format_comparison([a, b], episodes=90)
     assert "| a | 2 | 20.0 | 50.0 ± 14.1 | +30.0 | – | 50.0 |" in table  # no validation episodes: no pairs
     assert "| b | 1 | 50.0 | 40.0 | -10.0 | – | 50.0 |" in table
+    # A seed stopped early: its last validation (step 2) is averaged with another's (step 4), and said.
+    runs["b"].append(_fake_run(tmp_path / "b1", {0: 0.5, 2: 0.1}))
+    b = summarize_runs(runs)[1]
+    assert b["final_steps"] == [2, 4] and b["final"] == pytest.approx(0.25) and b["best"] == 0.5
+    assert "| b | 2 | 50.0 | 25.0 ± 21.2 (last steps 2, 4) | -25.0 | – | 50.0 |" in format_comparison([b])
 
 
 def test_paired_change_averages_the_seeds_item_by_item(tmp_path):

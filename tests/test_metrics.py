@@ -65,3 +65,11 @@ def test_paired_difference_counts_gains_and_losses():
     assert se == pytest.approx((2.75 / 3 / 4) ** 0.5)
     assert change_sentence(before, after) == ("+25.0 points: 2 items gained, 1 lost (paired standard error "
                                               f"{100 * (2.75 / 3 / 4) ** 0.5:.1f} points over 4 items)")
+    # One item gives no spread, so no standard error; unpaired items and no items are refused.
+    mean, se, gained, lost = paired_difference({"a": 0.0}, {"a": 1.0})
+    assert (mean, gained, lost) == (1.0, 1, 0) and se != se  # NaN
+    assert change_sentence({"a": 0.0}, {"a": 1.0}) == "+100.0 points: 1 items gained, 0 lost (one item: no standard error)"
+    with pytest.raises(ValueError, match=r"1 are in one only: \['e'\]"):
+        paired_difference(before, {**after, "e": True})
+    with pytest.raises(ValueError, match="no items"):
+        paired_difference({}, {})

@@ -109,3 +109,23 @@ def test_a_mix_gets_a_success_curve_and_validation_markers_per_environment():
                 "validation: textcraft"} <= labels
     finally:
         plt.close(fig)
+
+
+def test_the_bench_table_counts_errors_of_every_pass():
+    from agentgym_rl.eval.metrics import summarize
+    from agentgym_rl.eval.suite_report import markdown_table
+    from agentgym_rl.rollout.trajectory import Trajectory
+
+    def played(episodes):
+        summary = summarize(episodes)
+        return {**summary, "items_by_category": {"GoTo": 2}, "generated_tokens": 10, "seconds": 60.0,
+                "peak_rss_gb": None, "api_prompt_tokens": 0, "api_completion_tokens": 0}
+
+    greedy = [Trajectory("babyai", f"babyai_{i}", "GoTo", success=i == 0, turn_rewards=[0.0]) for i in range(2)]
+    sampled = [Trajectory("babyai", f"babyai_{i}", "GoTo", turn_rewards=[0.0], error="server gone" if i else None)
+               for i in (0, 0, 1, 1)]
+    results = {"policy": "p", "config": {"suite": {"samples": 2, "temperature": 1.0}, "run": {"seed": 0}},
+               "envs": {"babyai": {"max_turns": 20, "greedy": played(greedy), "sampled": played(sampled)}}}
+    row = next(line for line in markdown_table(results).splitlines() if line.startswith("| babyai |"))
+    # greedy 50% (no error); sampled 0% with 2 episodes that failed to run: the errors column says 2
+    assert row.split(" | ")[3:9] == ["50.0", "0.0", "0.0", "1.0", "0.0", "2"], row

@@ -355,6 +355,10 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
         fit("refused", f"train.baseline={altered}")
     with pytest.raises(UserError, match="reuses a greedy validation"):
         fit("sampled", f"train.baseline={step0}", "eval.temperature=1.0")
+    # A run with another turn limit plays the same first turns, and its file would have been taken.
+    fit("short", "eval.max_turns=1")
+    with pytest.raises(UserError, match=r"settings other than this run's.*: eval\.max_turns \(1 -> \d+\)"):
+        fit("longer", f"train.baseline={tmp_path / 'short' / 'validation' / 'step_000000.jsonl'}")
 
 
 @pytest.mark.parametrize("skip,entropy,expected", [(True, 0.0, 2), (False, 0.0, 4), (True, 0.01, 4)])

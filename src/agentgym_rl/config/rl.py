@@ -151,8 +151,10 @@ class TrainLoopConfig:
     """A step-0 validation file to take instead of playing step 0 again: another run's
     `validation/step_000000.jsonl` with the same model, items and settings (e.g. an earlier seed
     of a study: a greedy validation does not depend on the seed). The run plays the first turn of
-    every item and refuses the file unless each first reply is the one it holds (`train/baseline.py`).
-    Greedy validation only (`eval.temperature=0`)."""
+    every item and refuses the file unless each first reply is the one it holds (`train/baseline.py`),
+    and, for a file in a run folder, unless that run's turn limit, context and reply limits and
+    env settings were this run's (a copy elsewhere is taken on trust for those). Greedy
+    validation only (`eval.temperature=0`)."""
     asynchronous: bool = False
     """Play the next steps' rollouts in a thread while the learner updates, from weights at most
     `rollout.max_staleness` updates old (`train/asynchronous.py`); the generator keeps its own

@@ -48,8 +48,10 @@ def paired_change(pairs: list[tuple[dict[str, float], dict[str, float]] | None])
 
 
 def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
-    """One row per label: start and final validation success (mean and sample std over seeds),
-    the change, the best step's mean, the change item by item (`paired_change`, None without
+    """One row per label: start and final validation success (mean and sample std over seeds;
+    each seed's first and last validation, "final_steps" the steps of the last ones, which
+    differ when a seed stopped early), the change, the best mean over the steps every seed
+    validated, the change item by item (`paired_change`, None without
     validation episodes) and, under "each", one such row per run that has them (its name, first
     and last success, its own `paired_change`).
 
@@ -72,7 +74,7 @@ def summarize_runs(runs: dict[str, list[Path]]) -> list[dict[str, Any]]:
                  "final": _mean(list(pair[1].values())), **paired_change([pair])}
                 for folder, pair in zip(folders, pairs) if pair is not None]
         rows.append({
-            "label": label, "seeds": len(curves), "final_step": max(curves[0]),
+            "label": label, "seeds": len(curves), "final_steps": sorted({max(c) for c in curves}),
             "start": _mean(starts), "final": _mean(finals), "final_std": _std(finals),
             "change": _mean([f - s for f, s in zip(finals, starts)]),
             "best": max(means.values()) if means else float("nan"),
@@ -90,12 +92,17 @@ def format_comparison(rows: list[dict[str, Any]], episodes: int | None = None) -
             lines.append(f"| {r['label']} | 0 | – | – | – | – | – |")
             continue
         spread = "" if r["seeds"] < 2 else f" ± {100 * r['final_std']:.1f}"
-        error = "–" if r.get("paired") is None else f"{100 * r['paired']['error']:.1f}"
+        if len(r["final_steps"]) > 1:  # a seed stopped early: its last validation is another step's
+            spread += f" (last steps {', '.join(map(str, r['final_steps']))})"
+        paired = r.get("paired")
+        error = "–" if paired is None else _points(paired["error"])
         lines.append(f"| {r['label']} | {r['seeds']} | {100 * r['start']:.1f} | {100 * r['final']:.1f}{spread} "
                      f"| {100 * r['change']:+.1f} | {error} | {100 * r['best']:.1f} |")
     if episodes:
-        lines.append(f"\nSuccess in % on {episodes} validation items; start = step 0, final = last validation; "
-                     "paired SE: the change's standard error over the items, seeds averaged item by item.")
+        lines.append(f"\nSuccess in % on {episodes} validation items; start = step 0, final = each seed's last "
+                     "validation (their steps named where they differ); paired SE: the change's standard error "
+                     "over the items, seeds averaged item by item; best step mean: over the steps every seed "
+                     "validated.")
     return "\n".join(lines)
 
 
@@ -108,8 +115,13 @@ def format_each_run(rows: list[dict[str, Any]]) -> str:
     lines = ["| run | start | final | change | items gained | items lost | paired SE |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['run']} | {100 * r['start']:.1f} | {100 * r['final']:.1f} | {100 * r['change']:+.1f} "
-              f"| {r['gained']} | {r['lost']} | {100 * r['error']:.1f} |" for r in each]
+              f"| {r['gained']} | {r['lost']} | {_points(r['error'])} |" for r in each]
     return "\n".join(lines)
+
+
+def _points(error: float) -> str:
+    """A standard error in points, "–" where one item gives none (NaN)."""
+    return "–" if math.isnan(error) else f"{100 * error:.1f}"
 
 
 def plot_comparison(runs: dict[str, list[Path]], out: str | Path) -> Path:

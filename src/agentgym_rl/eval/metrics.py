@@ -27,22 +27,32 @@ def item_success(trajectories: list[Trajectory]) -> dict[str, float]:
 
 
 def paired_difference(before: dict[str, float], after: dict[str, float]) -> tuple[float, float, int, int]:
-    """Mean change in success over the same items, its standard error, and how many items
-    were gained and lost (the two evaluations share items, so the paired error applies)."""
-    items = sorted(before)
-    diffs = [float(after[i]) - float(before[i]) for i in items]
+    """Mean change in success over the same items, its standard error (the sample standard
+    deviation of the per-item changes over √n; NaN for one item, which gives no spread), and
+    how many items were gained and lost (their success rate rose or fell).
+
+    Raises:
+        ValueError: no items, or items in one evaluation and not the other (the pairing needs both).
+    """
+    if set(before) != set(after):
+        odd = sorted(set(before) ^ set(after))
+        raise ValueError(f"paired evaluations must hold the same items; {len(odd)} are in one only: {odd[:5]}")
+    if not before:
+        raise ValueError("no items to pair")
+    diffs = [float(after[i]) - float(before[i]) for i in sorted(before)]
     n = len(diffs)
     mean = sum(diffs) / n
-    variance = sum((d - mean) ** 2 for d in diffs) / (n - 1) if n > 1 else 0.0
-    return mean, sqrt(variance / n), sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+    error = sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else float("nan")
+    return mean, error, sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
 
 
 def change_sentence(before: dict[str, float], after: dict[str, float]) -> str:
     """`paired_difference` in words: "+34.4 points: 34 items gained, 3 lost (paired standard
     error 5.7 points over 90 items)"."""
     delta, noise, gained, lost = paired_difference(before, after)
-    return (f"{100 * delta:+.1f} points: {gained} items gained, {lost} lost (paired standard error "
-            f"{100 * noise:.1f} points over {len(before)} items)")
+    error = (f"paired standard error {100 * noise:.1f} points over {len(before)} items" if len(before) > 1
+             else "one item: no standard error")
+    return f"{100 * delta:+.1f} points: {gained} items gained, {lost} lost ({error})"
 
 
 def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:

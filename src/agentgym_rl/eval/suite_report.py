@@ -39,7 +39,9 @@ def markdown_table(results: dict) -> str:
              f"Test splits, seed {seed}. Avg@1 greedy: one episode per item at temperature 0. "
              + (f"{avg_n}: mean success over {suite['samples']} episodes per item; {pass_n}: items solved at least "
                 f"once among them (unbiased estimator). " if sampled_cols else "")
-             + "Wall: the passes' playing time, summed over the invocations that played them; peak RSS: the "
+             + "Mean turns and invalid actions: the greedy pass's (the sampled one's without it); errors: "
+             "episodes that failed to run, in every pass (each counts as a failure). "
+             "Wall: the passes' playing time, summed over the invocations that played them; peak RSS: the "
              "largest resident memory of this process while it played (an environment's JVM or browser not "
              "counted). Definitions: docs/METRICS.md.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -54,7 +56,7 @@ def markdown_table(results: dict) -> str:
             row += [_pct(sampled and sampled["success"]), _pct(sampled and sampled["pass_at_k"])]
         played = [p for p in (greedy, sampled) if p]
         peaks = [p["peak_rss_gb"] for p in played if p.get("peak_rss_gb") is not None]
-        row += [f"{main['avg_turns']:.1f}", _pct(main["invalid_action_rate"]), str(main["errors"]),
+        row += [f"{main['avg_turns']:.1f}", _pct(main["invalid_action_rate"]), str(sum(p["errors"] for p in played)),
                 str(sum(p["generated_tokens"] for p in played)), f"{sum(p['seconds'] for p in played) / 60:.1f}",
                 f"{max(peaks):.2f}" if peaks else ""]
         lines.append("| " + " | ".join(row) + " |")

@@ -11,9 +11,44 @@ holds (the same model, prompts and decoding), and when the file holds the same i
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping
 
+from ..envs import registry
 from ..errors import UserError
 from ..rollout.trajectory import Trajectory
+from ..runs import CONFIG, played_settings
+
+PLAYING_KEYS = (("env", "id"), ("env", "eval_split"), ("env", "kwargs"), ("eval", "max_turns"),
+                ("rollout", "max_context"), ("rollout", "max_new_tokens"))
+"""Settings that change how a validation's episodes go on after their first turn, which the
+replay of the first turn cannot check."""
+
+
+def donor_differences(path: str | Path, played: Mapping[str, Any]) -> list[str]:
+    """When `path` is a run folder's `validation/` file, the `PLAYING_KEYS` its run played with
+    that differ from `played` (this run's config as plain data), as "eval.max_turns (10 -> 20)";
+    an unset `eval.max_turns` is the environment's. [] for a file outside a run folder (its
+    settings cannot be read) and for keys an older run's config lacks."""
+    folder = Path(path).resolve().parent
+    if folder.name != "validation" or not (folder.parent / CONFIG).is_file():
+        return []
+    donor = played_settings(folder.parent)
+    differences = []
+    for section, key in PLAYING_KEYS:
+        if key not in donor.get(section, {}):
+            continue
+        theirs, ours = donor[section][key], played[section][key]
+        if (section, key) == ("eval", "max_turns"):
+            theirs = theirs or _default_turns(donor["env"].get("id"))
+            ours = ours or _default_turns(played["env"]["id"])
+        if theirs != ours:
+            differences.append(f"{section}.{key} ({theirs!r} -> {ours!r})")
+    return differences
+
+
+def _default_turns(env_id: Any) -> int | None:
+    return registry.spec(env_id).max_turns if env_id in registry.env_ids() else None
 
 
 def check_file(saved: list[Trajectory], episodes: int, max_turns: int, max_new_tokens: int, source: str) -> None:

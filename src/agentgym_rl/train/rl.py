@@ -799,12 +799,17 @@ class RLTrainer(Trainer):
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
         played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
         from ..progress import progress_bar
-        from .baseline import check_baseline, check_file
+        from .baseline import check_baseline, check_file, donor_differences
 
         evaluation = self.config.eval
         if evaluation.temperature != 0:
             raise UserError(f"train.baseline reuses a greedy validation; this run validates at eval.temperature="
                             f"{evaluation.temperature:g} (set it to 0, or drop train.baseline)")
+        differences = donor_differences(path, to_dict(self.config))
+        if differences:
+            raise UserError(f"train.baseline {path!r} was played with settings other than this run's, which change "
+                            f"its episodes after their first turn: {', '.join(differences)}; play step 0 (drop "
+                            "train.baseline)")
         saved = load_trajectories(path)
         check_file(saved, len(self.val_tasks) * evaluation.samples,
                    evaluation.max_turns or registry.spec(self.config.env.id).max_turns,
