@@ -422,3 +422,25 @@ def test_sampled_rows_of_one_prompt_differ_and_continue_their_own_caches(tiny_to
         prompts = [p + g.ids + ([] if g.finished else [end]) + tiny_tokenizer.encode(f"obs {turn}")
                    for p, g in zip(prompts, generations)]
     assert generator.reused_columns > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_the_models_own_generation_settings_do_not_reach_the_sampler(tiny_tokenizer, temperature):
+    """An instruct model's `generation_config.json` may set a repetition penalty (Qwen2.5's:
+    1.05), which transformers would apply to every step: the replies and their log-probabilities
+    must be those of softmax(logits / T) all the same, and the model's settings stay its own."""
+    model = _model(tiny_tokenizer)
+    prompts = [tiny_tokenizer.encode(text) for text in OPENINGS]
+    streams = {} if temperature == 0 else {"streams": [11, 12, 13, 14]}
+
+    def replies():
+        generator = HFGenerator(model, tiny_tokenizer.pad_token_id, [_end_id(tiny_tokenizer)], temperature,
+                                reuse_cache=False)
+        return [(g.ids, g.logprobs) for g in generator.generate(prompts, MAX_NEW, **streams)]
+
+    plain = replies()
+    model.generation_config.repetition_penalty = 3.0
+    model.generation_config.no_repeat_ngram_size = 1
+    for (ids, logprobs), (plain_ids, plain_logprobs) in zip(replies(), plain):
+        assert ids == plain_ids and torch.allclose(torch.tensor(logprobs), torch.tensor(plain_logprobs), atol=1e-4)
+    assert model.generation_config.repetition_penalty == 3.0

@@ -204,6 +204,19 @@ def test_forked_samples_share_the_turns_before_the_fork_and_differ_after():
     with RolloutEngine(CounterEnv, RolloutConfig(fork_at=5)) as engine:
         whole = engine.run([Task("counter", 0, "c")], CounterExpert(), max_turns=5, samples=3)
     assert [t.turns for t in whole] == [1, 1, 1] and all(t.success for t in whole)
+    # A trunk whose environment failed at its reset, no retry left: its samples are played still.
+
+    class FailsItem1(CounterEnv):
+        def reset(self, item_id=None, seed=None):
+            if str(item_id).endswith("1"):
+                raise ConnectionError("the server went away")
+            return super().reset(item_id, seed)
+
+    with RolloutEngine(FailsItem1, RolloutConfig(fork_at=5)) as engine:
+        played = engine.run([Task("counter", 0, "c"), Task("counter", 1, "c")], CounterExpert(), max_turns=5,
+                            samples=3)
+    assert [t.group for t in played] == [0, 0, 0, 1, 1, 1]
+    assert [t.error is not None for t in played] == [False] * 3 + [True] * 3
 
 
 def test_an_episode_whose_environment_failed_is_played_again_while_retries_allow():
@@ -297,7 +310,10 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     assert [t.input_ids for t in resumed] == [t.input_ids for t in whole]
     for a, b in zip(resumed, whole):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5) and a.messages == b.messages
-    # Another key (other weights) or other tasks: the journal is not this run's; played afresh.
+    # Another key (other weights), another temperature or other tasks: the journal is not this
+    # run's; played afresh.
+    engine, _ = play(model_policy(model, tiny_tokenizer, 0.7, config), journal)
+    assert engine.resumed == 0 and engine.reread == 0
     engine, _ = play(model_policy(model, tiny_tokenizer, 1.0, config), Journal(journal.path, key="weights-b"))
     assert engine.resumed == 0
 

@@ -6,9 +6,10 @@ replace the Hugging Face one without touching it.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from .allocator import release_free_memory
 from .constrained import AllowedReplies
@@ -83,6 +84,23 @@ class _Batch:
     mask: Any
     rows: list[list[int]]
     cache: Any
+
+
+@contextlib.contextmanager
+def _without_model_defaults(model: Any) -> Iterator[None]:
+    """Run `generate` under transformers' global defaults, not the model's own
+    `generation_config.json`: transformers fills every setting a `GenerationConfig` leaves unset
+    from it, and an instruct model's (Qwen2.5-Instruct's repetition_penalty 1.05, top_k 20,
+    top_p 0.8) would move what is sampled, and the log-probabilities recorded, away from
+    softmax(logits / T), which the learner scores."""
+    from transformers import GenerationConfig
+
+    own = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = own
 
 
 class HFGenerator:
@@ -336,9 +354,10 @@ class HFGenerator:
                 while _continuable(cache) and (columns := self._prefill_head(input_ids, attention, cache)):
                     head_columns += columns
                 self.prefilled_columns += head_columns + len(prompts) * (width - cache.get_seq_length())
-                out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                          past_key_values=cache, logits_processor=processors,
-                                          stopping_criteria=_stopping(self.stop_when))
+                with _without_model_defaults(self.model):
+                    out = self.model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                              past_key_values=cache, logits_processor=processors,
+                                              stopping_criteria=_stopping(self.stop_when))
         finally:
             if timer is not None:
                 timer.finish()

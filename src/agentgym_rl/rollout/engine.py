@@ -165,6 +165,9 @@ class RolloutEngine:
         signature = {"tasks": [task.item_id for task in tasks], "samples": samples, "seed": seed,
                      "sampling_seed": self._sampling_seed, "max_turns": max_turns, "fork_at": fork,
                      "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens,
+                     "max_context": self.config.max_context, "system_prompt": self.config.system_prompt,
+                     "locate_wrong_tokens": self.config.locate_wrong_tokens,
+                     "temperature": getattr(getattr(policy, "generator", None), "temperature", None),
                      "example": [self.config.example, self.config.example_turns] if self.config.example else None}
         saved = journal.load(signature) if journal is not None else None
         turns = 0
@@ -174,6 +177,7 @@ class RolloutEngine:
                 self._retry_failed([e for e in episodes if e.done], jobs)
                 self._report([e for e in episodes if not e.dropped], progress)
             while True:
+                self._unbranched_samples(episodes, jobs)
                 # Start episodes as others finish, so at most `limit` environments are alive.
                 alive = sum(1 for e in episodes if not e.done)
                 starting = jobs[started:started + max(limit - alive, 0)]
@@ -187,8 +191,8 @@ class RolloutEngine:
                     self._retry_failed(fresh, jobs)
                     self._report([e for e in fresh if not e.dropped], progress)
                 active = [e for e in episodes if not e.done]
-                if not active:
-                    if started == len(jobs):
+                if not active:  # done, unless trunks that ended as they started have samples to come
+                    if started == len(jobs) and not self._unbranched_samples(episodes, jobs):
                         break
                     continue
                 replies = self._act(active, policy)
@@ -200,11 +204,8 @@ class RolloutEngine:
                         branches = self._branch(episode)
                         self._retry_failed(branches, jobs)  # a branch whose restore failed starts afresh
                         episodes += branches
-                    elif episode.done:  # ended before the fork: its other samples start afresh
-                        jobs += self._branch_jobs(episode)
-                    else:
-                        continue
-                    episode.branches = 0
+                        episode.branches = 0
+                    # (one that ended before the fork leaves its samples to `_unbranched_samples`)
                 turns += 1
                 if journal is not None and turns % journal.every == 0:
                     self._write(journal, signature, episodes, jobs, started, pool)
@@ -267,6 +268,20 @@ class RolloutEngine:
     def _branch_jobs(trunk: _Episode) -> list[tuple[Task, int, int, int]]:
         """The samples `trunk` had still to branch, as jobs of their own (samples 1, 2, ...)."""
         return [(trunk.task, trunk.group, 0, sample) for sample in range(1, trunk.branches + 1)]
+
+    def _unbranched_samples(self, episodes: list[_Episode], jobs: list[tuple[Task, int, int, int]]) -> int:
+        """Queue as jobs of their own the samples of every trunk that ended before it could branch
+        them and will not be played again: at its start (a reset that failed, a first prompt over
+        the context limit), in a journal's restore or in a snapshot, as well as in a turn.
+        Returns how many jobs it queued."""
+        queued = 0
+        for episode in episodes:
+            if episode.done and episode.branches and not episode.dropped:
+                new = self._branch_jobs(episode)
+                jobs += new
+                queued += len(new)
+                episode.branches = 0
+        return queued
 
     def _retry_failed(self, episodes: list[_Episode], jobs: list[tuple[Task, int, int, int]]) -> None:
         """Queue another attempt of each episode in `episodes` that just failed in its environment,
