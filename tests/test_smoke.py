@@ -59,7 +59,10 @@ def test_smoke_and_resume_together_is_one_line():
 # config system and the run assembly were rebuilt, commit 821a1bf. `update/right_prob` was
 # re-pinned on 2026-11-28 when rows sharing a prompt began to share micro-batches
 # (`optim.share_prefixes`): it is averaged per micro-batch, weighted by loss tokens, so it moves
-# with the grouping while the loss and gradient norm keep their values. A change
+# with the grouping while the loss and gradient norm keep their values. Step 1's wrong-token
+# figures (one more capped token, one more right-token position) and the updates after them were
+# re-pinned on 2026-11-29 when an action stopping short of a listed one came to be blamed on the
+# token that ended it instead of the reply's last token (`envs.parsing.first_wrong_token`). A change
 # that alters what a run computes (which demonstrations are played, how the model is built and
 # warmed up, which tasks a step samples, how it samples, the update itself) changes them; a
 # change of structure alone does not.
@@ -69,20 +72,20 @@ PINNED = [
      "train/invalid_action_rate": 0.7604166666666666, "train/idle_turn_rate": 0.0, "train/errors": 0,
      "kl_coef": 0.0, "update/trajectories": 32, "update/failed_episodes_left_out": 0, "adv/num_groups": 4.0,
      "adv/zero_var_group_frac": 0.0, "adv/adv_abs_mean": 0.7931703925132751,
-     "adv/reward_mean": -0.22812500596046448, "adv/invalid_tokens_capped": 159, "adv/wrong_tokens": 68,
-     "adv/right_token_positions": 44, "update/loss": 1.7848136834800243, "update/clip_fraction": 0.0,
+     "adv/reward_mean": -0.22812500596046448, "adv/invalid_tokens_capped": 160, "adv/wrong_tokens": 68,
+     "adv/right_token_positions": 45, "update/loss": 1.7255961205810308, "update/clip_fraction": 0.0,
      "update/approx_kl": 3.904498946383228e-10, "update/ratio_mean": 1.0000000149011612,
-     "update/right_prob": 0.3283456766512245, "update/right_token_loss": 1.6417771195992827,
-     "update/grad_norm": 7.676375865936279, "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
+     "update/right_prob": 0.33779662451706827, "update/right_token_loss": 1.582559539936483,
+     "update/grad_norm": 7.60943078994751, "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
     {"step": 2, "horizon": 3, "train/success": 0.0, "train/reward": -0.23125000000000004, "train/turns": 3.0,
      "train/invalid_action_rate": 0.7708333333333334, "train/idle_turn_rate": 0.010416666666666666,
      "train/errors": 0, "kl_coef": 0.0, "update/trajectories": 32, "update/failed_episodes_left_out": 0,
      "adv/num_groups": 4.0, "adv/zero_var_group_frac": 0.0, "adv/adv_abs_mean": 0.8378170728683472,
      "adv/reward_mean": -0.23125000298023224, "adv/invalid_tokens_capped": 181, "adv/wrong_tokens": 72,
-     "adv/right_token_positions": 50, "update/loss": 1.524994376115501, "update/clip_fraction": 0.0,
+     "adv/right_token_positions": 50, "update/loss": 1.5273233596235514, "update/clip_fraction": 0.0,
      "update/approx_kl": -1.4315044982726732e-09, "update/ratio_mean": 0.9999999888241291,
-     "update/right_prob": 0.36293113324791193, "update/right_token_loss": 1.3668686635792255,
-     "update/grad_norm": 4.6825947761535645, "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
+     "update/right_prob": 0.3631020828615874, "update/right_token_loss": 1.3691976144909859,
+     "update/grad_norm": 4.683989524841309, "update/skipped_steps": 0.0, "update/optimizer_steps": 1},
     {"step": 2, "val/success": 0.0, "val/reward": 0.0, "val/success/GoTo": 0.0},
 ]
 
