@@ -199,13 +199,13 @@ class RolloutEngine:
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
                 self._retry_failed(active, jobs)
                 self._report([e for e in active if not e.dropped], progress)
-                for episode in [e for e in active if e.branches]:
-                    if not episode.done and episode.record.turns == fork:
-                        branches = self._branch(episode)
-                        self._retry_failed(branches, jobs)  # a branch whose restore failed starts afresh
-                        episodes += branches
-                        episode.branches = 0
-                    # (one that ended before the fork leaves its samples to `_unbranched_samples`)
+                # Trunks at the fork branch now; one that ended sooner leaves its samples to
+                # `_unbranched_samples`, which plays them from the start.
+                for episode in [e for e in active if e.branches and not e.done and e.record.turns == fork]:
+                    branches = self._branch(episode)
+                    self._retry_failed(branches, jobs)  # a branch whose restore failed starts afresh
+                    episodes += branches
+                    episode.branches = 0
                 turns += 1
                 if journal is not None and turns % journal.every == 0:
                     self._write(journal, signature, episodes, jobs, started, pool)
