@@ -158,8 +158,9 @@ def test_a_journal_needs_checkpoints_to_resume_from(tmp_path):
 def test_an_eval_cut_short_goes_on_from_its_journal_and_refuses_another_evaluations(tmp_path, tiny_tokenizer,
                                                                                      monkeypatch):
     """`eval --journal`: interrupted, the same command goes on from the journal and ends as the
-    evaluation never stopped; run once more it reads every episode back; other settings are
-    refused in one line instead of mixing their episodes in."""
+    evaluation never stopped, sampling included (each episode draws from its own stream); run
+    once more it reads every episode back; other settings are refused in one line instead of
+    mixing their episodes in."""
     from test_backends import SMALL
     from test_cli import run
 
@@ -170,7 +171,7 @@ def test_an_eval_cut_short_goes_on_from_its_journal_and_refuses_another_evaluati
     build_model(tiny_tokenizer, SMALL).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
     args = ("eval", "--env", "textcraft", "--policy", str(folder), "--episodes", "3", "--max-turns", "3",
-            "--temperature", "0", "rollout.threads=1", "rollout.max_new_tokens=8")
+            "--temperature", "1", "rollout.threads=1", "rollout.max_new_tokens=8")
     whole = run(*args, "--trajectories", str(tmp_path / "whole.jsonl"))
     assert whole.returncode == 0, whole.stderr
 

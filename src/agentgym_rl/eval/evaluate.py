@@ -124,8 +124,10 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
 
     with engine, progress_bar(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
                               disable=not progress) as bar:
+        # Each episode samples from its own stream: an evaluation resumed from its journal, or run
+        # with other threads or batch caps, draws what one uninterrupted run would.
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update,
-                                  journal=journal)
+                                  sampling_seed=seed, journal=journal)
     if engine.reread or engine.resumed:
         log(f"went on from the journal {journal.path}: {engine.reread} finished episodes kept, "
             f"{engine.resumed} unfinished ones continued")

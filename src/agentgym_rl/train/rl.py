@@ -786,7 +786,8 @@ class RLTrainer(Trainer):
         resumed, reread = self.val_engine.resumed, self.val_engine.reread
         with progress_bar(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
-                                               seed=self.config.run.seed, progress=bar.update, journal=journal)
+                                               seed=self.config.run.seed, progress=bar.update,
+                                               sampling_seed=self.config.run.seed, journal=journal)
         if self.val_engine.resumed > resumed or self.val_engine.reread > reread:
             self.log(f"step {step}: the validation went on from its journal ({self.val_engine.reread - reread} "
                      f"finished episodes kept, {self.val_engine.resumed - resumed} unfinished ones continued)")
