@@ -309,6 +309,25 @@ def test_a_worked_example_opens_every_conversation_as_untrained_context():
     assert second[0].messages[:5] == first[0].messages[:5] and ExpertCounterEnv.asked == asked
 
 
+def test_several_worked_examples_open_the_conversation_one_after_another():
+    """rollout.example [counter_2, counter_0] with example_turns 2: counter_2's first two
+    expert turns (its goal is 3), then counter_0's one turn (goal 1: the episode ends), then
+    the episode's own first observation; no reply of the examples is trained."""
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["count"], encoder.end_of_turn_id)
+    config = RolloutConfig(max_new_tokens=32, example=["counter_2", "counter_0"], example_turns=2)
+    [trajectory] = RolloutEngine(ExpertCounterEnv, config).run(
+        [Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=5)
+    expert = {"role": "assistant", "content": "Thought: count.\nAction: count", "loss": False}
+    assert trajectory.messages[:7] == [
+        {"role": "user", "content": "Goal: count to 3."}, expert, {"role": "user", "content": "Counter value is 1."},
+        expert, {"role": "user", "content": "Goal: count to 1."}, expert, {"role": "user", "content": "Goal: count to 2."}]
+    assert trajectory.success
+    trained = tokenizer.decode([i for i, m in zip(trajectory.input_ids, trajectory.loss_mask) if m])
+    assert "Thought" not in trained
+
+
 def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exists():
     """A test item is refused (the evaluation would show the answer to one of its items), in a
     mix of environments too, as are an environment without an expert and an item the
@@ -329,6 +348,8 @@ def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exist
     for make_env in (babyai, mix):  # a mix refuses its members' test items
         with pytest.raises(UserError, match="'babyai_0' is a test item"):
             play(make_env, "babyai_0")
+    with pytest.raises(UserError, match="'babyai_0' is a test item"):  # wherever it stands in a list
+        play(babyai, ["babyai_91", "babyai_0"])
     with pytest.raises(UserError, match="rollout.example 'babyai_x'"):
         play(babyai, "babyai_x")
     with pytest.raises(UserError, match="needs an expert"):

@@ -263,16 +263,18 @@ class RolloutConfig:
     zero-shot then only has to name an action. A run's evaluation uses its run's prefix
     (`eval --run`); not with `listed_actions_only` or `locate_wrong_tokens`. Quote it where
     YAML would read a colon as a mapping: `'rollout.reply_prefix="Action:"'`."""
-    example: str = ""
-    """A training item (e.g. "babyai_91") whose expert episode opens every conversation as a
-    worked example: its observations and the expert's ReAct replies, after the system prompt
-    and before the episode's own first observation, as context and never trained. A small
-    instruct model that does not keep the reply format zero-shot then writes "Thought: ...
-    Action: ..." itself: SmolLM2-135M-Instruct's sampled BabyAI replies with an Action line went
-    from 0 to 34% (docs/RESULTS.md). Empty: none. The environment needs an expert; an item of
-    the test split is refused."""
+    example: str | list[str] = ""
+    """A training item (e.g. "babyai_91"), or a list of them, whose expert episodes open every
+    conversation as worked examples: each item's observations and the expert's ReAct replies,
+    one item after another, after the system prompt and before the episode's own first
+    observation, as context and never trained. A small instruct model that does not keep the
+    reply format zero-shot then writes "Thought: ... Action: ..." itself: SmolLM2-135M-Instruct's
+    sampled BabyAI replies with an Action line went from 0 to 34% (docs/RESULTS.md). It also
+    copies the examples' verbs, so items whose experts use different ones show it more of the
+    action space (`[babyai_91, babyai_126]`: a "go to" and a "pickup"). Empty: none. The
+    environment needs an expert; an item of the test split is refused."""
     example_turns: Positive = 4
-    """At most this many turns of `example`'s expert episode (fewer when it ends sooner)."""
+    """At most this many turns of each example's expert episode (fewer when it ends sooner)."""
     workers: NonNegative = 0
     """Ray actors that play an RL run's training rollouts, each with a copy of the model (synced
     after every update) and its own environments (0: the trainer's process plays them;

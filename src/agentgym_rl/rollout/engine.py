@@ -357,36 +357,42 @@ class RolloutEngine:
         return episode
 
     def _worked_example(self) -> list[dict[str, Any]]:
-        """`rollout.example`'s opening messages: the expert's episode on that item, observation
-        and reply turn by turn, at most `example_turns` turns, without the observation after
-        the last reply (the episode's own first observation follows). Replies are marked
-        `loss: False`, so that fine-tuning on these conversations never trains them."""
-        item = self.config.example
+        """`rollout.example`'s opening messages: for each example item in order, the expert's
+        episode on it, observation and reply turn by turn, at most `example_turns` turns,
+        without the observation after the last reply (the next example's, or the episode's own
+        first observation, follows). Replies are marked `loss: False`, so that fine-tuning on
+        these conversations never trains them."""
+        items = [self.config.example] if isinstance(self.config.example, str) else self.config.example
         env = self._take_env()
         try:
-            try:
-                observation, info = env.reset(item)
-            except Exception as error:  # noqa: BLE001 — a wrong item is the user's to fix
-                raise UserError(f"rollout.example {item!r}: {error}") from None
-            canonical = str(info.get("item_id", item))  # "<env>_<index>": a mix's member names itself
-            if canonical in {task.item_id for task in _test_tasks(canonical.rsplit("_", 1)[0])}:
-                raise UserError(f"rollout.example {item!r} is a test item: the evaluation would show the "
-                                f"model the answer to one of its items; take one of the train split")
-            messages: list[dict[str, Any]] = []
-            for _ in range(self.config.example_turns):
-                reply = env.expert_action()
-                if reply is None:
-                    raise UserError(f"rollout.example needs an expert, and environment {env.env_id!r} has none")
-                messages += [{"role": "user", "content": observation},
-                             {"role": "assistant", "content": reply, "loss": False}]
-                observation, _, terminated, truncated, _ = env.step(reply)
-                if terminated or truncated:
-                    break
+            messages = [message for item in items for message in self._expert_turns(env, item)]
         except BaseException:
             _close_quietly(env)
             raise
         with self._idle_lock:
             self._idle.append(env)  # reset by the next episode that takes it
+        return messages
+
+    def _expert_turns(self, env: TextEnv, item: str) -> list[dict[str, Any]]:
+        """The expert's first `example_turns` turns on training item `item`, played in `env`."""
+        try:
+            observation, info = env.reset(item)
+        except Exception as error:  # noqa: BLE001 — a wrong item is the user's to fix
+            raise UserError(f"rollout.example {item!r}: {error}") from None
+        canonical = str(info.get("item_id", item))  # "<env>_<index>": a mix's member names itself
+        if canonical in {task.item_id for task in _test_tasks(canonical.rsplit("_", 1)[0])}:
+            raise UserError(f"rollout.example {item!r} is a test item: the evaluation would show the "
+                            f"model the answer to one of its items; take one of the train split")
+        messages: list[dict[str, Any]] = []
+        for _ in range(self.config.example_turns):
+            reply = env.expert_action()
+            if reply is None:
+                raise UserError(f"rollout.example needs an expert, and environment {env.env_id!r} has none")
+            messages += [{"role": "user", "content": observation},
+                         {"role": "assistant", "content": reply, "loss": False}]
+            observation, _, terminated, truncated, _ = env.step(reply)
+            if terminated or truncated:
+                break
         return messages
 
     def _reply_prefix(self, policy: Policy) -> list[int]:
