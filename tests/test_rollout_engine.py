@@ -272,7 +272,8 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     """The policy fails on its 4th turn (as a killed process would stop): the journal, written every
     turn, holds the episodes of turn 3. A new engine given it continues them, restoring each
     unfinished one's environment, and returns what the uninterrupted run returns: every episode
-    once, the same tokens, logprobs within 1e-5."""
+    once, the same tokens, logprobs within 1e-5. A sampling policy's journal without
+    sampling_seed is refused."""
     from agentgym_rl.agent.tiny import build_model
     from agentgym_rl.rollout.backends import model_policy
     from agentgym_rl.rollout.journal import Journal
@@ -316,6 +317,10 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     assert engine.resumed == 0 and engine.reread == 0
     engine, _ = play(model_policy(model, tiny_tokenizer, 1.0, config), Journal(journal.path, key="weights-b"))
     assert engine.resumed == 0
+    # Sampling from the process' random state, a resumed episode would sample otherwise: refused.
+    with RolloutEngine(registry.env_factory("textcraft"), config) as engine, \
+            pytest.raises(ValueError, match="a journal needs sampling_seed"):
+        engine.run(tasks, model_policy(model, tiny_tokenizer, 1.0, config), 5, journal=journal)
 
 
 def test_a_journal_needs_environments_that_snapshot(tmp_path):

@@ -129,13 +129,19 @@ class RolloutEngine:
             journal: write the run's episodes there every `journal.every` turns and at the
                 end, and continue from what it holds when it is this run's (`rollout/journal.py`):
                 finished episodes are kept, unfinished ones restored from their environment's
-                snapshot and played on from their own random streams (give `sampling_seed`).
+                snapshot and played on from their own random streams: a sampling policy needs
+                `sampling_seed` with a journal.
         Returns:
             trajectories ordered task by task, samples together.
         """
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         policy = as_policy(policy)
+        if journal is not None and sampling_seed is None and _samples(policy):
+            # From the process' random state a resumed episode would sample otherwise than the
+            # uninterrupted one, and nothing would say so.
+            raise ValueError("a journal needs sampling_seed for a sampling policy: resumed episodes "
+                             "must continue their own random streams")
         # Weights change between runs (a learner update), and the same first prompts recur (each
         # validation replays the same items), so a generator's kept KV cache must not outlive a
         # run. Within a run the weights are fixed, so the run boundary is the only reset needed.
@@ -521,6 +527,12 @@ def _test_tasks(env_id: str) -> list[Task]:
         return registry.tasks(env_id, "test")
     except UserError:
         return []
+
+
+def _samples(policy: Policy) -> bool:
+    """Whether `policy` draws its replies at random (a model's generator above temperature 0)."""
+    temperature = getattr(getattr(policy, "generator", None), "temperature", None)
+    return temperature is not None and temperature > 0
 
 
 def _close_quietly(env: TextEnv) -> None:
