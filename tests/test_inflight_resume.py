@@ -50,7 +50,8 @@ RLTrainer(load_config(RLConfig, config_path, overrides), log=print).fit()
 """
 
 # Step 1 validates its 4 items, which all start at once (as step 0 does, not counted).
-VALIDATING = ["train.steps=1", "train.validate_every=1", "eval.episodes=4", "eval.max_turns=4"]
+VALIDATING = ["train.steps=1", "train.validate_every=1", "eval.episodes=4", "eval.max_turns=4",
+              "eval.temperature=1.0"]  # sampled: a resumed episode must draw as the uninterrupted one
 
 
 def _overrides(tmp_path: Path, name: str, extra: tuple[str, ...] = ()) -> list[str]:
