@@ -270,9 +270,9 @@ class RolloutConfig:
     observation, as context and never trained. A small instruct model that does not keep the
     reply format zero-shot then writes "Thought: ... Action: ..." itself: SmolLM2-135M-Instruct's
     sampled BabyAI replies with an Action line went from 0 to 34% (docs/RESULTS.md). It also
-    copies the examples' verbs, so items whose experts use different ones show it more of the
-    action space (`[babyai_91, babyai_126]`: a "go to" and a "pickup"). Empty: none. The
-    environment needs an expert; an item of the test split is refused."""
+    copies the examples' verbs: with `[babyai_91, babyai_126, babyai_103]` (a "go to", a "pick
+    up", an "open") it solved 7 of 30 BabyAI test items greedily, with `babyai_91` alone 4.
+    Empty: none. The environment needs an expert; an item of the test split is refused."""
     example_turns: Positive = 4
     """At most this many turns of each example's expert episode (fewer when it ends sooner)."""
     workers: NonNegative = 0
