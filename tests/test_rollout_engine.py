@@ -273,7 +273,7 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     turn, holds the episodes of turn 3. A new engine given it continues them, restoring each
     unfinished one's environment, and returns what the uninterrupted run returns: every episode
     once, the same tokens, logprobs within 1e-5. A sampling policy's journal without
-    sampling_seed is refused."""
+    sampling_seed is refused; a greedy one's is not."""
     from agentgym_rl.agent.tiny import build_model
     from agentgym_rl.rollout.backends import model_policy
     from agentgym_rl.rollout.journal import Journal
@@ -321,6 +321,10 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     with RolloutEngine(registry.env_factory("textcraft"), config) as engine, \
             pytest.raises(ValueError, match="a journal needs sampling_seed"):
         engine.run(tasks, model_policy(model, tiny_tokenizer, 1.0, config), 5, journal=journal)
+    # Greedy, nothing is drawn: a journal needs no seed.
+    with RolloutEngine(registry.env_factory("textcraft"), config) as engine:
+        greedy = Journal(tmp_path / "greedy.journal", key="weights-a", every=1)
+        assert len(engine.run(tasks, model_policy(model, tiny_tokenizer, 0.0, config), 5, journal=greedy)) == 3
 
 
 def test_a_journal_needs_environments_that_snapshot(tmp_path):

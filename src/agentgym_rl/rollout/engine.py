@@ -137,7 +137,7 @@ class RolloutEngine:
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         policy = as_policy(policy)
-        if journal is not None and sampling_seed is None and _samples(policy):
+        if journal is not None and sampling_seed is None and (_temperature(policy) or 0) > 0:
             # From the process' random state a resumed episode would sample otherwise than the
             # uninterrupted one, and nothing would say so.
             raise ValueError("a journal needs sampling_seed for a sampling policy: resumed episodes "
@@ -173,7 +173,7 @@ class RolloutEngine:
                      "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens,
                      "max_context": self.config.max_context, "system_prompt": self.config.system_prompt,
                      "locate_wrong_tokens": self.config.locate_wrong_tokens,
-                     "temperature": getattr(getattr(policy, "generator", None), "temperature", None),
+                     "temperature": _temperature(policy),
                      "example": [self.config.example, self.config.example_turns] if self.config.example else None}
         saved = journal.load(signature) if journal is not None else None
         turns = 0
@@ -529,10 +529,10 @@ def _test_tasks(env_id: str) -> list[Task]:
         return []
 
 
-def _samples(policy: Policy) -> bool:
-    """Whether `policy` draws its replies at random (a model's generator above temperature 0)."""
-    temperature = getattr(getattr(policy, "generator", None), "temperature", None)
-    return temperature is not None and temperature > 0
+def _temperature(policy: Policy) -> float | None:
+    """The sampling temperature of a model policy's generator (0: greedy); None for a policy
+    without one (a scripted expert, a text policy)."""
+    return getattr(getattr(policy, "generator", None), "temperature", None)
 
 
 def _close_quietly(env: TextEnv) -> None:
