@@ -10,7 +10,7 @@ so no model file has to travel: a step's time does not depend on the weights, an
 rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
-                                [--reps 3] [--profile]
+                                [--reps 3] [--attention grouped sdpa] [--profile]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -22,6 +22,10 @@ their first `--shared` ids (system prompt and worked example). Columns, in ms, m
 - prefill: `generate` of 1 token (the first turn's prompts, repeats run once);
 - next turn: `generate` of 1 token for each prompt extended by its reply and `--observation`
   new ids (the rollout's next turn: cache matched, re-packed, the new ids prefilled).
+`--attention` names the attention each row of the table runs: `grouped`, the generator's own
+(`agent/attention.py`; on a GPU a decoding step by `grouped_decode_attention`), and `sdpa`,
+transformers' own, which copies the grouped key/value heads under a mask (what a GPU ran before
+2026-11-29): both in one run give their ratio.
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -49,12 +53,8 @@ PAD, STOP = 2, 2
 def build_model(device: torch.device) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agentgym_rl.agent.attention import use_grouped_attention
-
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="sdpa")).to(device).eval()
-    use_grouped_attention(model)  # as HFGenerator sets it, so that the forward column attends the same way
-    return model
+    return LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="sdpa")).to(device).eval()
 
 
 def prompts_for(rows: int, context: int, group: int, shared: int, seed: int) -> list[list[int]]:
@@ -109,21 +109,34 @@ def forward_steps(model, prompts: list[list[int]], steps: int, device: torch.dev
         return timed(loop, device) / steps
 
 
-def generator_for(model, temperature: float):
+def attend_with(model, attention: str) -> None:
+    """`grouped`: the attention the generator sets; `sdpa`: transformers' own."""
+    from agentgym_rl.agent.attention import use_grouped_attention
+
+    if attention == "grouped":
+        use_grouped_attention(model)
+    else:
+        model.set_attn_implementation("sdpa")
+
+
+def generator_for(model, temperature: float, attention: str = "grouped"):
     from agentgym_rl.agent.generator import HFGenerator
 
-    return HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
+    generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
+    attend_with(model, attention)  # after the generator, which sets the grouped attention
+    return generator
 
 
-def measure(model, rows: int, context: int, args, device: torch.device) -> dict[str, float]:
+def measure(model, rows: int, context: int, attention: str, args, device: torch.device) -> dict[str, float]:
     prompts = prompts_for(rows, context, args.group, args.shared, seed=rows * 100_003 + context)
     streams = list(range(1, rows + 1))
     n = args.new_tokens
     result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn")}
     for _ in range(args.reps):
+        attend_with(model, attention)
         result["forward"].append(forward_steps(model, prompts, n, device))
         for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
-            generator = generator_for(model, temperature)
+            generator = generator_for(model, temperature, attention)
             kw = {} if temperature == 0 else {"streams": streams}
             one = timed(lambda: generator.generate(prompts, 1, **kw), device)
             generator.reset()
@@ -139,11 +152,11 @@ def measure(model, rows: int, context: int, args, device: torch.device) -> dict[
     return {name: statistics.median(values) for name, values in result.items()}
 
 
-def profile(model, rows: int, context: int, args, device: torch.device) -> None:
+def profile(model, rows: int, context: int, attention: str, args, device: torch.device) -> None:
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     prompts = prompts_for(rows, context, args.group, args.shared, seed=1)
-    generator = generator_for(model, 0.8)
+    generator = generator_for(model, 0.8, attention)
     generator.generate(prompts, 2, streams=list(range(1, rows + 1)))  # kernels load outside the profile
     generator.reset()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -152,7 +165,8 @@ def profile(model, rows: int, context: int, args, device: torch.device) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
     key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    print(f"\n# torch.profiler, one sampled generate of 8 tokens, {rows} rows of ~{context} ids, by {key}")
+    print(f"\n# torch.profiler, {attention} attention, one sampled generate of 8 tokens (prefill included), "
+          f"{rows} rows of ~{context} ids, by {key}")
     print(prof.key_averages().table(sort_by=key, row_limit=15))
     if device.type == "cuda":  # what Python and the launches cost beside the GPU's own time
         print("# by self CPU time")
@@ -169,7 +183,8 @@ def main() -> None:
     parser.add_argument("--shared", type=int, default=600, help="ids every prompt starts with")
     parser.add_argument("--observation", type=int, default=150, help="new ids of the next turn")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--attention", nargs="+", choices=["grouped", "sdpa"], default=["grouped"])
+    parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2: a step is timed as generate(N) - generate(1)")
@@ -180,15 +195,18 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
     print(f"# {name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"SmolLM2-135M's shape, random weights, float32, {args.new_tokens} new tokens; ms, median of {args.reps}")
-    print(f"| rows | context | forward step | greedy step | sampled step | prefill | next turn ({args.observation} ids) |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| attention | rows | context | forward step | greedy step | sampled step | prefill | "
+          f"next turn ({args.observation} ids) |")
+    print("|---|---|---|---|---|---|---|---|")
     for rows in args.rows:
         for context in args.context:
-            m = measure(model, rows, context, args, device)
-            print(f"| {rows} | {context} | {1000 * m['forward']:.1f} | {1000 * m['greedy']:.1f} | "
-                  f"{1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | {1000 * m['turn']:.0f} |", flush=True)
+            for attention in args.attention:  # side by side, so that their ratio is of one moment
+                m = measure(model, rows, context, attention, args, device)
+                print(f"| {attention} | {rows} | {context} | {1000 * m['forward']:.1f} | {1000 * m['greedy']:.1f} | "
+                      f"{1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | {1000 * m['turn']:.0f} |", flush=True)
     if args.profile:
-        profile(model, max(args.rows), max(args.context), args, device)
+        for attention in args.attention:
+            profile(model, max(args.rows), max(args.context), attention, args, device)
 
 
 if __name__ == "__main__":

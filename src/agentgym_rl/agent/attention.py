@@ -8,6 +8,12 @@ heads): one decoding step's attention over 11 rows × 3,000 cached tokens took 1
 the copy and 10–18 ms without it, the outputs identical (2026-11-27, 2 busy cores; its benchmark is
 in docs/BENCHMARKS.md). torch's CPU SDPA takes grouped heads with a mask (`enable_gqa`), so
 `use_grouped_attention` points a model at the same attention that passes them through.
+
+On a GPU the same copy is made for every decoding step, and the memory-efficient kernel then
+reads every copied head: an H200 profile of SmolLM2 decoding 128 rows over ~2,500 cached tokens
+(docs/BENCHMARKS.md, 2026-11-29) spent 83% of a step on work that grows with the context. A
+decoding step has one query a row, so `grouped_decode_attention` does it as two batched matrix
+products over the grouped heads, which read each cached key and value once and copy nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ NAME = "sdpa_grouped_cpu"
 
 def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, dropout: float = 0.0,
                  scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[Any, None]:
-    """transformers' SDPA attention, with grouped key/value heads passed through on the CPU.
+    """transformers' SDPA attention, with grouped key/value heads passed through on the CPU and a
+    GPU's masked decoding step done by `grouped_decode_attention`.
 
     Args:
         query: (B, H, Q, D); key, value: (B, K, L, D) with H a multiple of K.
@@ -34,13 +41,50 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     grouped = key.shape[1] != query.shape[1]
     if kwargs.get("prefix_tree") is not None:
         return tree_attention(query, key, value, kwargs["prefix_tree"], scaling, dropout), None
-    if (query.device.type != "cpu" or attention_mask is None or not grouped
-            or kwargs.get("position_bias") is not None):  # transformers' own handling is as fast there
+    if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
+        # transformers' own handling passes grouped heads through when there is no mask
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    if query.device.type != "cpu":
+        if query.shape[2] == 1 and dropout == 0.0:
+            return grouped_decode_attention(query, key, value, attention_mask, scaling), None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                               dropout_p=dropout, scale=scaling, enable_gqa=True)
     return output.transpose(1, 2).contiguous(), None
+
+
+def grouped_decode_attention(query: Any, key: Any, value: Any, attention_mask: Any,
+                             scaling: float | None = None) -> Any:
+    """Masked attention of a few queries a row over grouped key/value heads, as two batched
+    matrix products: the query heads that share a key/value head are stacked as rows of one
+    product, so each cached key and value is read once and none is copied.
+
+    Meant for a decoding step (Q = 1): the scores it holds, (B, H, Q, L), are small there.
+    Args:
+        query: (B, H, Q, D); key, value: (B, K, L, D), H a multiple of K; query head h attends
+            with key/value head h // (H / K), as transformers' `repeat_kv` pairs them.
+        attention_mask: (B, 1, Q, ≥L), boolean (True attends) or additive.
+    Returns:
+        (B, Q, H, D) attention output.
+    """
+    import torch
+
+    batch, heads, queries, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    scale = dim ** -0.5 if scaling is None else scaling
+    stacked = query.reshape(batch, kv_heads, group * queries, dim)
+    scores = torch.matmul(stacked * scale, key.transpose(-1, -2)).view(batch, kv_heads, group, queries, length)
+    mask = attention_mask[..., :length].unsqueeze(2)  # (B, 1, 1, Q, L): the same for every head
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    else:
+        scores = scores + mask
+    weights = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+    output = torch.matmul(weights.view(batch, kv_heads, group * queries, length), value)
+    return output.view(batch, heads, queries, dim).transpose(1, 2).contiguous()
 
 
 def tree_attention(query: Any, key: Any, value: Any, trees: Any, scaling: float | None = None,

@@ -1,0 +1,98 @@
+"""The attention `use_grouped_attention` gives a model: a GPU's decoding step as two matrix
+products over grouped heads (`grouped_decode_attention`), checked by hand and against SDPA over
+copied heads, and which path each call takes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import transformers.integrations.sdpa_attention as transformers_sdpa
+
+import agentgym_rl.agent.attention as attention
+from agentgym_rl.agent.attention import grouped_decode_attention, grouped_sdpa
+
+
+def test_one_key_value_head_shared_by_two_query_heads_by_hand():
+    """B=1, K=1, H=2, D=1, scale 1: keys 0 and ln 3, values 0 and 4. The query 1 weighs the keys
+    1/4 and 3/4 (output 3), the query -1 weighs them 3/4 and 1/4 (output 1); with the first key
+    masked both see only the second value, 4."""
+    query = torch.tensor([1.0, -1.0]).view(1, 2, 1, 1)
+    key = torch.tensor([0.0, math.log(3)]).view(1, 1, 2, 1)
+    value = torch.tensor([0.0, 4.0]).view(1, 1, 2, 1)
+    both = torch.ones(1, 1, 1, 2, dtype=torch.bool)
+    out = grouped_decode_attention(query, key, value, both, scaling=1.0)
+    assert out.shape == (1, 1, 2, 1)  # (B, Q, H, D)
+    assert out.flatten().tolist() == pytest.approx([3.0, 1.0], abs=1e-6)
+    second_only = torch.tensor([[[[False, True]]]])
+    assert grouped_decode_attention(query, key, value, second_only, scaling=1.0).flatten().tolist() == \
+        pytest.approx([4.0, 4.0])
+
+
+def _left_padded_mask(batch: int, queries: int, length: int, padding: list[int]) -> torch.Tensor:
+    """(B, 1, Q, L) boolean: row b skips its first padding[b] columns and is causal over the last Q."""
+    mask = torch.ones(batch, 1, queries, length, dtype=torch.bool)
+    for row, pad in enumerate(padding):
+        mask[row, :, :, :pad] = False
+    for q in range(queries):  # query q sees the columns up to its own, L - Q + q
+        mask[:, :, q, length - queries + q + 1:] = False
+    return mask
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_grouped_products_equal_sdpa_over_copied_heads(queries):
+    """Three key/value heads each shared by three query heads (SmolLM2's grouping), left-padded
+    rows, a boolean mask, an additive one, and a mask wider than the cache: the same output as
+    SDPA given every key/value head copied for its query heads (transformers' `repeat_kv`).
+    Three queries a row check that heads and queries are stacked and unstacked in order."""
+    torch.manual_seed(0)
+    batch, heads, kv_heads, length, dim = 3, 9, 3, 11, 8
+    query = torch.randn(batch, heads, queries, dim)
+    key, value = torch.randn(batch, kv_heads, length, dim), torch.randn(batch, kv_heads, length, dim)
+    mask = _left_padded_mask(batch, queries, length, padding=[2, 0, 5])
+    copied_key = transformers_sdpa.repeat_kv(key, heads // kv_heads)
+    copied_value = transformers_sdpa.repeat_kv(value, heads // kv_heads)
+    for scaling in (None, 0.3):
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query, copied_key, copied_value, attn_mask=mask, scale=scaling).transpose(1, 2)
+        additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+        wider = torch.cat([mask, torch.zeros(batch, 1, queries, 4, dtype=torch.bool)], dim=-1)
+        for given in (mask, additive, wider):
+            out = grouped_decode_attention(query, key, value, given, scaling)
+            torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_bfloat16_keeps_its_dtype_and_stays_near_float32():
+    torch.manual_seed(1)
+    query, key, value = torch.randn(2, 4, 1, 16), torch.randn(2, 2, 9, 16), torch.randn(2, 2, 9, 16)
+    mask = _left_padded_mask(2, 1, 9, padding=[3, 0])
+    full = grouped_decode_attention(query, key, value, mask)
+    half = grouped_decode_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), mask)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), full, atol=3e-2, rtol=3e-2)
+
+
+def test_which_path_a_call_takes(monkeypatch):
+    """On a GPU (here the meta device, which has no values) a masked single-query step over
+    grouped heads goes to the matrix products, anything else to transformers' SDPA; on the CPU
+    the masked step stays with torch's grouped SDPA, which was as fast there (docs/BENCHMARKS.md)."""
+    taken = []
+    monkeypatch.setattr(attention, "grouped_decode_attention", lambda *a, **k: taken.append("products"))
+    monkeypatch.setattr(transformers_sdpa, "sdpa_attention_forward",
+                        lambda *a, **k: taken.append("transformers") or (None, None))
+
+    def call(device, queries=1, mask=True, kv_heads=3, dropout=0.0):
+        query = torch.empty(2, 9, queries, 8, device=device)
+        key = value = torch.empty(2, kv_heads, 12, 8, device=device)
+        given = torch.ones(2, 1, queries, 12, dtype=torch.bool, device=device) if mask else None
+        taken.clear()
+        grouped_sdpa(None, query, key, value, given, dropout=dropout)
+        return taken[0] if taken else "torch sdpa"
+
+    assert call("meta") == "products"
+    assert call("meta", queries=5) == "transformers"  # a prefill: SDPA's kernels for many queries
+    assert call("meta", mask=False) == "transformers"  # no mask: transformers passes the heads through
+    assert call("meta", kv_heads=9) == "transformers"  # no grouping
+    assert call("meta", dropout=0.1) == "transformers"
+    assert call("cpu") == "torch sdpa"
