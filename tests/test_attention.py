@@ -75,8 +75,9 @@ def test_bfloat16_keeps_its_dtype_and_stays_near_float32():
 
 def test_which_path_a_call_takes(monkeypatch):
     """On a GPU (here the meta device, which has no values) a masked single-query step over
-    grouped heads goes to the matrix products, anything else to transformers' SDPA; on the CPU
-    the masked step stays with torch's grouped SDPA, which was as fast there (docs/BENCHMARKS.md)."""
+    grouped heads goes to the matrix products (`decodes_by_products`), anything else to
+    transformers' SDPA; on the CPU the masked step stays with torch's grouped SDPA, which was as
+    fast there (docs/BENCHMARKS.md)."""
     taken = []
     monkeypatch.setattr(attention, "grouped_decode_attention", lambda *a, **k: taken.append("products"))
     monkeypatch.setattr(transformers_sdpa, "sdpa_attention_forward",

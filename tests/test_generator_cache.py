@@ -333,6 +333,29 @@ def test_grouped_heads_attend_without_copying_keys_and_values(tiny_tokenizer, mo
         assert torch.allclose(p.grad, q.grad, atol=1e-6), name
 
 
+def test_decoding_steps_by_grouped_products_generate_as_sdpa(tiny_tokenizer, monkeypatch):
+    """A GPU decodes by `grouped_decode_attention` (agent/attention.py). Sent there on the CPU
+    too, a multi-turn rollout with a kept, re-packed cache and rows leaving the batch generates
+    the same ids and logprobs as torch's SDPA, and every decoding step went there."""
+    import agentgym_rl.agent.attention as attention
+
+    model = _model(tiny_tokenizer)
+    stop = _stop_ids(tiny_tokenizer, model)
+    reference = _play(HFGenerator(model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1), tiny_tokenizer)
+    steps = []
+    original = attention.grouped_decode_attention
+
+    def recorded(query, *args):
+        steps.append(query.shape[2])
+        return original(query, *args)
+
+    monkeypatch.setattr(attention, "decodes_by_products", lambda query, dropout: query.shape[2] == 1)
+    monkeypatch.setattr(attention, "grouped_decode_attention", recorded)
+    by_products = _play(HFGenerator(model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1), tiny_tokenizer)
+    _assert_same(by_products, reference)
+    assert steps and set(steps) == {1}
+
+
 def test_a_continued_head_is_a_few_rows_or_none(tiny_tokenizer, monkeypatch):
     """The head's rows run on a copy of their cached keys and values: with one long observation
     among four rows the head is that row; with three, nothing is split off (the copy would be

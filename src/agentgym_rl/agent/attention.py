@@ -45,14 +45,21 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
         # transformers' own handling passes grouped heads through when there is no mask
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
+    if decodes_by_products(query, dropout):
+        return grouped_decode_attention(query, key, value, attention_mask, scaling), None
     if query.device.type != "cpu":
-        if query.shape[2] == 1 and dropout == 0.0:
-            return grouped_decode_attention(query, key, value, attention_mask, scaling), None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
                                                               dropout_p=dropout, scale=scaling, enable_gqa=True)
     return output.transpose(1, 2).contiguous(), None
+
+
+def decodes_by_products(query: Any, dropout: float) -> bool:
+    """Whether a masked call over grouped heads goes to `grouped_decode_attention`: a decoding
+    step (one query a row) off the CPU. On the CPU torch's grouped SDPA is as fast
+    (docs/BENCHMARKS.md, 2026-11-29); a prefill's many queries suit SDPA's kernels."""
+    return query.device.type != "cpu" and query.shape[2] == 1 and dropout == 0.0
 
 
 def grouped_decode_attention(query: Any, key: Any, value: Any, attention_mask: Any,
