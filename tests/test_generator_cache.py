@@ -333,10 +333,11 @@ def test_grouped_heads_attend_without_copying_keys_and_values(tiny_tokenizer, mo
         assert torch.allclose(p.grad, q.grad, atol=1e-6), name
 
 
-def test_decoding_steps_by_grouped_products_generate_as_sdpa(tiny_tokenizer, monkeypatch):
+def test_decoding_steps_by_stacked_heads_generate_as_sdpa(tiny_tokenizer, monkeypatch):
     """A GPU decodes by `grouped_decode_attention` (agent/attention.py). Sent there on the CPU
     too, a multi-turn rollout with a kept, re-packed cache and rows leaving the batch generates
-    the same ids and logprobs as torch's SDPA, and every decoding step went there."""
+    the same ids and logprobs as torch's grouped SDPA, and every layer of every decoding step
+    (a forward pass of one new id a row, always with a padding mask here) went there."""
     import agentgym_rl.agent.attention as attention
 
     model = _model(tiny_tokenizer)
@@ -349,11 +350,13 @@ def test_decoding_steps_by_grouped_products_generate_as_sdpa(tiny_tokenizer, mon
         steps.append(query.shape[2])
         return original(query, *args)
 
-    monkeypatch.setattr(attention, "decodes_by_products", lambda query, dropout: query.shape[2] == 1)
+    monkeypatch.setattr(attention, "decodes_stacked", lambda query, dropout: query.shape[2] == 1)
     monkeypatch.setattr(attention, "grouped_decode_attention", recorded)
-    by_products = _play(HFGenerator(model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1), tiny_tokenizer)
-    _assert_same(by_products, reference)
-    assert steps and set(steps) == {1}
+    forwards = _ForwardLengths(model)
+    stacked = _play(HFGenerator(model, tiny_tokenizer.pad_token_id, stop, 0.0, threads=1), tiny_tokenizer)
+    _assert_same(stacked, reference)
+    decoding = forwards.widths.count(1)
+    assert decoding >= 4 * (MAX_NEW - 1) and len(steps) == SMALL.num_layers * decoding
 
 
 def test_a_continued_head_is_a_few_rows_or_none(tiny_tokenizer, monkeypatch):

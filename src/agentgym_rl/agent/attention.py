@@ -12,8 +12,9 @@ in docs/BENCHMARKS.md). torch's CPU SDPA takes grouped heads with a mask (`enabl
 On a GPU the same copy is made for every decoding step, and the memory-efficient kernel then
 reads every copied head: an H200 profile of SmolLM2 decoding 128 rows over ~2,500 cached tokens
 (docs/BENCHMARKS.md, 2026-11-29) spent 83% of a step on work that grows with the context. A
-decoding step has one query a row, so `grouped_decode_attention` does it as two batched matrix
-products over the grouped heads, which read each cached key and value once and copy nothing.
+decoding step has one query a row, so `grouped_decode_attention` stacks the query heads that
+share a key/value head as that head's queries: one SDPA call that reads each cached key and value
+once and copies nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
         # transformers' own handling passes grouped heads through when there is no mask
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    if decodes_by_products(query, dropout):
+    if decodes_stacked(query, dropout):
         return grouped_decode_attention(query, key, value, attention_mask, scaling), None
     if query.device.type != "cpu":
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -55,24 +56,27 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     return output.transpose(1, 2).contiguous(), None
 
 
-def decodes_by_products(query: Any, dropout: float) -> bool:
+def decodes_stacked(query: Any, dropout: float) -> bool:
     """Whether a masked call over grouped heads goes to `grouped_decode_attention`: a decoding
     step (one query a row) off the CPU. On the CPU torch's grouped SDPA is as fast
-    (docs/BENCHMARKS.md, 2026-11-29); a prefill's many queries suit SDPA's kernels."""
+    (docs/BENCHMARKS.md, 2026-11-29); a prefill's many queries suit SDPA's kernels as they are."""
     return query.device.type != "cpu" and query.shape[2] == 1 and dropout == 0.0
 
 
 def grouped_decode_attention(query: Any, key: Any, value: Any, attention_mask: Any,
                              scaling: float | None = None) -> Any:
-    """Masked attention of a few queries a row over grouped key/value heads, as two batched
-    matrix products: the query heads that share a key/value head are stacked as rows of one
-    product, so each cached key and value is read once and none is copied.
+    """Masked attention of a few queries a row over grouped key/value heads, as one SDPA call in
+    which the query heads that share a key/value head are stacked as that head's queries: each
+    cached key and value is read once and none is copied, and the scores and their softmax are
+    SDPA's own (kept in float32 inside its kernels for a bfloat16 model).
 
-    Meant for a decoding step (Q = 1): the scores it holds, (B, H, Q, L), are small there.
+    Meant for a decoding step (Q = 1), where a kernel made for many queries would otherwise get
+    one: stacked, it gets H / K of them.
     Args:
         query: (B, H, Q, D); key, value: (B, K, L, D), H a multiple of K; query head h attends
             with key/value head h // (H / K), as transformers' `repeat_kv` pairs them.
-        attention_mask: (B, 1, Q, ≥L), boolean (True attends) or additive.
+        attention_mask: (B, 1, Q, ≥L), boolean (True attends) or additive; its first L columns
+            are the keys'.
     Returns:
         (B, Q, H, D) attention output.
     """
@@ -80,17 +84,14 @@ def grouped_decode_attention(query: Any, key: Any, value: Any, attention_mask: A
 
     batch, heads, queries, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
+    if attention_mask.shape[-1] < length:
+        raise ValueError(f"an attention mask of {attention_mask.shape[-1]} columns for {length} keys")
     group = heads // kv_heads
-    scale = dim ** -0.5 if scaling is None else scaling
     stacked = query.reshape(batch, kv_heads, group * queries, dim)
-    scores = torch.matmul(stacked * scale, key.transpose(-1, -2)).view(batch, kv_heads, group, queries, length)
-    mask = attention_mask[..., :length].unsqueeze(2)  # (B, 1, 1, Q, L): the same for every head
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    else:
-        scores = scores + mask
-    weights = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-    output = torch.matmul(weights.view(batch, kv_heads, group * queries, length), value)
+    # Each of the G stacked heads has the row's Q mask rows: (B, 1, G * Q, L), a view for Q = 1.
+    mask = attention_mask[..., :length].unsqueeze(2).expand(-1, -1, group, -1, -1)
+    mask = mask.reshape(mask.shape[0], 1, group * queries, length)
+    output = torch.nn.functional.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, scale=scaling)
     return output.view(batch, heads, queries, dim).transpose(1, 2).contiguous()
 
 
