@@ -43,7 +43,7 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     if kwargs.get("prefix_tree") is not None:
         return tree_attention(query, key, value, kwargs["prefix_tree"], scaling, dropout), None
     if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
-        # transformers' own handling passes grouped heads through when there is no mask
+        # transformers' own: without a mask it passes grouped heads to SDPA uncopied
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     if decodes_stacked(query, dropout):
