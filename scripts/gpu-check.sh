@@ -43,8 +43,11 @@ if [ "$DEVICE" = cuda ] && ! "$PYTHON" -c "import torch, sys; ok = torch.cuda.is
 fi
 
 GPU=(run.device="$DEVICE" run.dtype=bfloat16)
-SHORT=(model.corpus_episodes=40 warmup.episodes=40 warmup.epochs=1 algo.tasks_per_step=2 algo.group_size=2
-       'schedule.horizons=[3]' train.steps=1 train.validate_every=1 train.save_every=1 eval.episodes=4)
+# Two key/value heads for the four query heads, so that decoding takes the grouped path
+# (`grouped_decode_attention` on CUDA, agent/attention.py) as SmolLM2's does.
+SHORT=(model.tiny.num_kv_heads=2 model.corpus_episodes=40 warmup.episodes=40 warmup.epochs=1
+       algo.tasks_per_step=2 algo.group_size=2 'schedule.horizons=[3]' train.steps=1 train.validate_every=1
+       train.save_every=1 eval.episodes=4)
 step "${CLI[@]}" train configs/babyai_grpo.yaml "${GPU[@]}" "${SHORT[@]}" run.output_dir="$OUT" run.name=grpo
 step "${CLI[@]}" eval --run "$OUT/grpo" --episodes 8 --max-turns 6 --temperature 0 "${GPU[@]}" --json "$OUT/eval.json"
 step "$PYTHON" -m torch.distributed.run --nproc_per_node 1 --master_port 29517 -m agentgym_rl.cli train \
