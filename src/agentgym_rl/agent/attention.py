@@ -39,21 +39,19 @@ def grouped_sdpa(module: Any, query: Any, key: Any, value: Any, attention_mask: 
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    grouped = key.shape[1] != query.shape[1]
     if kwargs.get("prefix_tree") is not None:
         return tree_attention(query, key, value, kwargs["prefix_tree"], scaling, dropout), None
-    if attention_mask is None or not grouped or kwargs.get("position_bias") is not None:
-        # transformers' own: without a mask it passes grouped heads to SDPA uncopied
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    if decodes_stacked(query, dropout):
-        return grouped_decode_attention(query, key, value, attention_mask, scaling), None
-    if query.device.type != "cpu":
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
-    output = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask,
-                                                              dropout_p=dropout, scale=scaling, enable_gqa=True)
-    return output.transpose(1, 2).contiguous(), None
+    grouped = key.shape[1] != query.shape[1]
+    # Without a mask transformers passes grouped heads to SDPA uncopied; with one it copies them.
+    if attention_mask is not None and grouped and kwargs.get("position_bias") is None:
+        if decodes_stacked(query, dropout):
+            return grouped_decode_attention(query, key, value, attention_mask, scaling), None
+        if query.device.type == "cpu":
+            output = torch.nn.functional.scaled_dot_product_attention(
+                query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, enable_gqa=True)
+            return output.transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                  is_causal=is_causal, **kwargs)
 
 
 def decodes_stacked(query: Any, dropout: float) -> bool:
