@@ -211,16 +211,72 @@ def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, ext
     assert any(not torch.equal(a[k], weights(halves, 2)[k]) for k in a)
 
 
+def timed_clock(monkeypatch, step_min: float, validation_min: float = 0.0) -> list[float]:
+    """Replace the trainer's clock with one that only a played step (`step_min` minutes, whatever
+    its horizon) and a validation (`validation_min`) move on; returns its reading, in seconds."""
+    from agentgym_rl.train import rl
+
+    now = [0.0]
+    monkeypatch.setattr(rl, "_clock", lambda: now[0])
+    play, record = rl.RLTrainer._play_step, rl.RLTrainer._record_validation
+
+    def played(self, *args, **kwargs):
+        now[0] += 60 * step_min
+        return play(self, *args, **kwargs)
+
+    def recorded(self, *args, **kwargs):  # inside `validate`, which times itself
+        now[0] += 60 * validation_min
+        return record(self, *args, **kwargs)
+
+    monkeypatch.setattr(rl.RLTrainer, "_play_step", played)
+    monkeypatch.setattr(rl.RLTrainer, "_record_validation", recorded)
+    return now
+
+
+def test_a_time_limit_kept_within_stops_early_enough_for_the_last_validation(tmp_path, counter_env_registered,
+                                                                             monkeypatch):
+    """`train.time_limit_mode=within` stops after the step after which one more step, the last
+    validation and the save would end past the limit, as last timed. Steps take 1 minute and
+    validations 2: after the step-0 validation, step k ends at 2 + k minutes; with a 10-minute
+    limit, 2 + 5 + 1 + 2 = 10 does not pass it and 2 + 6 + 1 + 2 = 11 does, so the run stops after
+    step 6 and ends, validated, at 10 minutes, where `after` stops after step 8 and ends at 12."""
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(name, mode):
+        now = timed_clock(monkeypatch, step_min=1.0, validation_min=2.0)
+        config = toy_config(tmp_path, "train.steps=12", "train.validate_every=12", "train.save_every=12",
+                            "train.time_limit_min=10", f"train.time_limit_mode={mode}", "algo.group_size=2",
+                            "algo.tasks_per_step=2", "rollout.threads=1", env="counter_any_case", name=name)
+        lines = []
+        validations = RLTrainer(config, log=lines.append).fit()
+        return [v["step"] for v in validations], now[0] / 60, lines
+
+    steps, minutes, lines = fit("within", "within")
+    assert (steps, minutes) == ([0, 6], 10.0)
+    assert "stopped after step 6 of 12: another step would end past train.time_limit_min=10 (time_limit_mode: " \
+           "within) (10.0 min); `agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" in lines
+    steps, minutes, _ = fit("after", "after")
+    assert (steps, minutes) == ([0, 8], 12.0)
+
+
+def test_the_time_a_run_needs_to_finish_is_one_step_scaled_by_its_horizon_a_validation_and_a_save():
+    from agentgym_rl.train.rl import ends_past_limit
+
+    # 420 s in, the last step 60 s at horizon 6, the next at horizon 8: 420 + 80 + 30 + 5 = 535.
+    assert not ends_past_limit(420, 540, 60, 6, 8, validation_s=30, save_s=5)
+    assert ends_past_limit(430, 540, 60, 6, 8, validation_s=30, save_s=5)  # 545
+    assert ends_past_limit(430, 540, 60, 6, 6, validation_s=30, save_s=5) is False  # 525: the same horizon
+
+
 def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_path, counter_env_registered,
                                                                          monkeypatch):
     """`train.time_limit_min` stops after the first step that ends past it, counted from the
     start of training, as a last step: that step validates and saves, and `--resume` without the
-    limit goes on to what a run without it reaches, weights and metrics alike. The clock reads a
-    minute later each time, so a 1.5-minute limit stops after step 2 (and never, were it counted
-    from the start of each step). Each invocation ends on a line pairing the run's first
-    validation with its last."""
+    limit goes on to what a run without it reaches, weights and metrics alike. On the test's
+    clock a step takes a minute and nothing else takes time, so a 1.5-minute limit stops after
+    step 2 (and never, were it counted from the start of each step). Each invocation ends on a
+    line pairing the run's first validation with its last."""
     from agentgym_rl.eval.metrics import change_sentence
-    from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
     def fit(name, *extra, resume=False):
@@ -231,12 +287,11 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
         return tmp_path / name, lines, validations
 
     straight, _, _ = fit("straight")
-    minutes = iter(range(1000))
-    monkeypatch.setattr(rl, "_clock", lambda: 60.0 * next(minutes))
+    timed_clock(monkeypatch, step_min=1.0)
     timed, lines, validations = fit("timed", "train.time_limit_min=1.5")
     assert sorted(p.name for p in (timed / "checkpoints").iterdir()) == ["step_000002"]
     assert [v["step"] for v in validations] == [0, 2]
-    assert "stopped after step 2 of 4: train.time_limit_min=1.5 reached (3.0 min); `agentgym-rl train CONFIG " \
+    assert "stopped after step 2 of 4: train.time_limit_min=1.5 reached (2.0 min); `agentgym-rl train CONFIG " \
            "--resume` (the same run.name) goes on from it" in lines
     assert lines[-2] == "all 2 steps updated the policy" or lines[-2].endswith("of 2 steps updated nothing")
     first, last = validations
@@ -264,17 +319,15 @@ def test_a_run_without_checkpoints_says_it_cannot_be_resumed(tmp_path, counter_e
     """`train.save_every=0` writes no checkpoint, even at a time limit, whose line then does not
     offer `--resume`; a `--resume` says why it has nothing to go on from."""
     from agentgym_rl.errors import UserError
-    from agentgym_rl.train import rl
     from agentgym_rl.train.rl import RLTrainer
 
     config = toy_config(tmp_path, "train.steps=3", "train.validate_every=0", "train.save_every=0",
                         "train.time_limit_min=1.5", "algo.group_size=6", "rollout.threads=1", env="counter_any_case",
                         name="none")
-    minutes = iter(range(1000))
-    monkeypatch.setattr(rl, "_clock", lambda: 60.0 * next(minutes))
+    timed_clock(monkeypatch, step_min=1.0)
     lines = []
     RLTrainer(config, log=lines.append).fit()
-    assert "stopped after step 2 of 3: train.time_limit_min=1.5 reached (3.0 min); it wrote no checkpoint to " \
+    assert "stopped after step 2 of 3: train.time_limit_min=1.5 reached (2.0 min); it wrote no checkpoint to " \
            "go on from (train.save_every=0)" in lines
     assert not (tmp_path / "none" / "checkpoints").exists()
     with pytest.raises(UserError, match=r"it has no checkpoint yet \(train.save_every=0 writes none\)"):

@@ -44,11 +44,16 @@ def run_quickstart(overrides: list[str] = (), log=print) -> dict:
     log("")
     log(format_table(before, title=f"after the expert warm-up (step 0), {config.env.id} {config.env.eval_split}"))
     log("")
-    log(format_table(after, title=f"after {config.train.steps} RL steps ({config.algo.name} + ScalingInter-RL)"))
+    steps = f"{after['step']} RL step{'s' if after['step'] != 1 else ''}"
+    log(format_table(after, title=f"after {steps} ({config.algo.name} + ScalingInter-RL)"))
     log("")
     log(before_after_table(before, after))
     log(f"\nRL changed test success by {change_sentence(before['item_success'], after['item_success'])}; "
         f"validation temperature {config.eval.temperature}")
+    if after["step"] < config.train.steps:
+        log(f"RL stopped after {after['step']} of {config.train.steps} steps to end within "
+            f"train.time_limit_min={config.train.time_limit_min:g} on this CPU; `agentgym-rl quickstart "
+            "--overwrite train.time_limit_min=0` trains them all")
     log(f"run folder: {trainer.run_dir}  plot: {image}  wall time: {seconds / 60:.1f} min")
     log(f"report: {write_report(trainer.run_dir)}  (or browse every episode: agentgym-rl view "
         f"{trainer.run_dir.parent})")

@@ -144,7 +144,15 @@ class TrainLoopConfig:
     """Stop after the first step that ends this many minutes after training began (0: no
     limit), as if it were the last: it saves and (when `validate_every` is set) validates, and
     `train --resume` goes on from it, with the limit counted afresh. For jobs with a wall-time
-    limit: the step in progress, the validation and the save still run past it."""
+    limit: the step in progress, the validation and the save still run past it (see
+    `time_limit_mode`)."""
+    time_limit_mode: Literal["after", "within"] = "after"
+    """How `time_limit_min` is kept. after: stop after the first step that ends past it. within:
+    stop after the step after which one more step (the last one's time, scaled by the next
+    step's horizon), the last validation and the save would end past it, each as this invocation
+    last timed it, so that the run ends near the limit, not a step and a validation after it
+    (`make demo`'s 10 minutes on a slow CPU). What it has not timed yet (a resumed run's first
+    validation, a step-0 validation read from `baseline`) it counts as 0 s."""
     save_trajectories: bool = True
     """Write every step's rollouts to `trajectories/` and every validation's to `validation/`."""
     baseline: str | None = None

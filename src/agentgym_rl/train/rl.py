@@ -45,6 +45,15 @@ the model it started from and what its checkpoints hold (a value head for ppo, a
 when kl_coef > 0)."""
 
 
+def ends_past_limit(elapsed_s: float, limit_s: float, step_s: float, horizon: int, next_horizon: int,
+                    validation_s: float, save_s: float) -> bool:
+    """Whether one more step, then a validation and a save, would end past `limit_s` seconds
+    (`train.time_limit_mode: within`): the next step is predicted as the last one's `step_s`
+    scaled by its horizon (`next_horizon / horizon`: a longer horizon plays more turns), the
+    validation and the save as they last took."""
+    return elapsed_s + step_s * next_horizon / horizon + validation_s + save_s > limit_s
+
+
 def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(data, dict):
         return {prefix: data}
@@ -219,6 +228,7 @@ class RLTrainer(Trainer):
                      "step-level advantage is 0 and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._gap, self._gap_in_loss, self._old_in_loss = LogprobGap(), False, False
+        self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         # The tasks a step draws from: one pool, or one per environment of a mix, each giving its
         # share (by weight) of `tasks_per_step`.
@@ -349,13 +359,22 @@ class RLTrainer(Trainer):
                                    sampling_seed=sampling_seed, journal=journal)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
-    def _out_of_time(self, fit_began: float) -> bool:
-        """Whether `train.time_limit_min` has passed since `fit_began` (a `_clock()` reading), as
-        rank 0's clock says (the ranks of a torchrun job stop after the same step)."""
-        limit = self.config.train.time_limit_min
-        if not limit:
+    def _out_of_time(self, fit_began: float, step_s: float, step: int) -> bool:
+        """Whether the run should stop after `step` (the number of steps done; its last took
+        `step_s` seconds) for `train.time_limit_min`, counted from `fit_began` (a `_clock()`
+        reading), as rank 0's clock says (the ranks of a torchrun job stop after the same step)."""
+        train = self.config.train
+        if not train.time_limit_min:
             return False
-        return bool(distributed.broadcast(_clock() - fit_began >= 60 * limit))
+        elapsed, limit = _clock() - fit_began, 60 * train.time_limit_min
+        if train.time_limit_mode == "after":
+            stop = elapsed >= limit
+        else:
+            validates = bool(train.validate_every and self.config.eval.episodes)
+            stop = ends_past_limit(elapsed, limit, step_s, self.schedule.horizon(step - 1), self.schedule.horizon(step),
+                                   self._timed["validation"] if validates else 0.0,
+                                   self._timed["save"] if train.save_every else 0.0)
+        return bool(distributed.broadcast(stop))
 
     def sampling_seed(self, step: int, round_: int = 0) -> int:
         """The seed of the episode streams of a step (of refill round `round_` of its dynamic
@@ -432,7 +451,7 @@ class RLTrainer(Trainer):
                                       self._load_generator, start, cfg.train.steps, cfg.rollout.max_staleness,
                                       torch.get_num_threads())
             for step in bar:
-                step_began = time.time()
+                step_began, step_clock = time.time(), _clock()
                 horizon = self.schedule.horizon(step)
                 if ahead is None:
                     began = time.time()
@@ -456,7 +475,8 @@ class RLTrainer(Trainer):
                 else:  # the generator loads them between its steps; validation samples the learner's own
                     self.val_policy.sync_weights(self.learner.model)
                 last_step = step + 1
-                out_of_time = self._out_of_time(fit_began) and last_step < cfg.train.steps
+                out_of_time = last_step < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_clock,
+                                                                                last_step)
                 save = cfg.train.save_every > 0 and (
                     last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time)
                 if not main:
@@ -498,8 +518,11 @@ class RLTrainer(Trainer):
                 if out_of_time:
                     then = ("`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
                             else "it wrote no checkpoint to go on from (train.save_every=0)")
-                    self.log(f"stopped after step {last_step} of {cfg.train.steps}: train.time_limit_min="
-                             f"{cfg.train.time_limit_min:g} reached ({(_clock() - fit_began) / 60:.1f} min); {then}")
+                    limit = f"train.time_limit_min={cfg.train.time_limit_min:g}"
+                    why = (f"{limit} reached" if cfg.train.time_limit_mode == "after"
+                           else f"another step would end past {limit} (time_limit_mode: within)")
+                    self.log(f"stopped after step {last_step} of {cfg.train.steps}: {why} "
+                             f"({(_clock() - fit_began) / 60:.1f} min); {then}")
                     break
                 if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
                     ahead.publish(last_step, self.learner.trainable_state())
@@ -775,6 +798,7 @@ class RLTrainer(Trainer):
         """Success on held-out items at the evaluation horizon; logged as val/*."""
         from ..progress import progress_bar
 
+        began = _clock()
         evaluation = self.config.eval
         horizon = evaluation.max_turns or registry.spec(self.config.env.id).max_turns
         episodes = len(self.val_tasks) * evaluation.samples
@@ -794,6 +818,7 @@ class RLTrainer(Trainer):
         summary = self._record_validation(step, trajectories)
         if journal is not None:  # the metrics hold it now
             journal.path.unlink(missing_ok=True)
+        self._timed["validation"] = _clock() - began
         return summary
 
     def take_baseline(self, path: str) -> dict[str, Any]:
@@ -839,6 +864,7 @@ class RLTrainer(Trainer):
 
     def save(self, step: int) -> None:
         """Write `checkpoints/step_<step>/` (rank 0; with FSDP every rank calls it)."""
+        began = _clock()
         model_dir = self.session.save(f"step_{step:06d}")
         if self.rank > 0:
             return
@@ -851,3 +877,4 @@ class RLTrainer(Trainer):
         for journal in (self.run_dir / "inflight").glob("step_*.journal"):
             if int(journal.name.split("_")[1]) <= step:
                 journal.unlink(missing_ok=True)
+        self._timed["save"] = _clock() - began
