@@ -451,7 +451,7 @@ class RLTrainer(Trainer):
                                       self._load_generator, start, cfg.train.steps, cfg.rollout.max_staleness,
                                       torch.get_num_threads())
             for step in bar:
-                step_began, step_clock = time.time(), _clock()
+                step_began = _clock()  # the time limit's clock: a test replaces it
                 horizon = self.schedule.horizon(step)
                 if ahead is None:
                     began = time.time()
@@ -475,7 +475,7 @@ class RLTrainer(Trainer):
                 else:  # the generator loads them between its steps; validation samples the learner's own
                     self.val_policy.sync_weights(self.learner.model)
                 last_step = step + 1
-                out_of_time = last_step < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_clock,
+                out_of_time = last_step < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began,
                                                                                 last_step)
                 save = cfg.train.save_every > 0 and (
                     last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time)
@@ -494,7 +494,7 @@ class RLTrainer(Trainer):
                     "train/errors": stats["errors"], **update_metrics,
                     "time/rollout_tokens_per_s": generated / max(rollout_s, 1e-9),
                     "time/rollout_s": rollout_s, "time/update_s": time.time() - rolled, **timing,
-                    "time/step_s": time.time() - step_began,
+                    "time/step_s": _clock() - step_began,
                     **(per_env_metrics("train", stats) if self.mixed else {}),
                 }
                 self.metrics.log(last_step, step_metrics)
