@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
-import json
 import sys
 from pathlib import Path
 
 from agentgym_rl.envs import registry
+from agentgym_rl.errors import UserError
+from agentgym_rl.jsonlines import read_json_lines
 
 TURNS = ("turn left", "turn right")
 
@@ -66,10 +66,8 @@ def headroom(split: str, episodes: int | None) -> list[dict]:
 
 
 def solved_items(path: Path) -> set[str]:
-    """The item ids a validation file records as solved."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as lines:
-        return {record["item_id"] for record in map(json.loads, lines) if record.get("success")}
+    """The item ids a validation file (JSON lines, gzipped or not) records as solved."""
+    return {record["item_id"] for record in read_json_lines(path) if record.get("success")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,9 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no such validation file: {', '.join(missing)}", file=sys.stderr)
         return 2
 
+    try:
+        solved = {path: solved_items(path) for path in args.validations}
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     rows = headroom(args.split, args.episodes)
-    solved = {path: solved_items(path) for path in args.validations}
-    categories = sorted({row["category"] for row in rows}, key=lambda c: -sum(r["category"] == c for r in rows))
+    categories = [category for category, _ in collections.Counter(row["category"] for row in rows).most_common()]
     columns = ["category", "items", "one action", "a turn, then one action"] + [path.name for path in solved]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
