@@ -70,6 +70,16 @@ def solved_items(path: Path) -> set[str]:
     return {record["item_id"] for record in read_json_lines(path) if record.get("success")}
 
 
+def column_labels(paths: list[Path]) -> list[str]:
+    """Each path's shortest trailing part that tells it from the others: two runs' validations
+    share their file names (`step_000014.jsonl`), so their columns are named from the run folder."""
+    for depth in range(1, max((len(path.parts) for path in paths), default=1) + 1):
+        labels = ["/".join(path.parts[-depth:]) for path in paths]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [str(path) for path in paths]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("validations", nargs="*", type=Path, help="validation files to set beside the headroom")
@@ -88,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = headroom(args.split, args.episodes)
     categories = [category for category, _ in collections.Counter(row["category"] for row in rows).most_common()]
-    columns = ["category", "items", "one action", "a turn, then one action"] + [path.name for path in solved]
+    columns = ["category", "items", "one action", "a turn, then one action"] + column_labels(list(solved))
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for category in categories + ["all"]:

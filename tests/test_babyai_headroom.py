@@ -44,3 +44,11 @@ def test_table_counts_a_validation_file(tmp_path, capsys):
 def test_missing_validation_file_is_one_line(tmp_path, capsys):
     assert load_module().main([str(tmp_path / "absent.jsonl")]) == 2
     assert "no such validation file" in capsys.readouterr().err
+
+
+def test_columns_of_two_runs_are_told_apart_by_their_folders():
+    labels = load_module().column_labels([Path("runs/a/validation/step_000014.jsonl"),
+                                          Path("runs/b/validation/step_000014.jsonl"),
+                                          Path("runs/b/validation/step_000000.jsonl")])
+    assert labels == ["a/validation/step_000014.jsonl", "b/validation/step_000014.jsonl",
+                      "b/validation/step_000000.jsonl"]
