@@ -73,11 +73,11 @@ def solved_items(path: Path) -> set[str]:
 def column_labels(paths: list[Path]) -> list[str]:
     """Each path's shortest trailing part that tells it from the others: two runs' validations
     share their file names (`step_000014.jsonl`), so their columns are named from the run folder."""
-    for depth in range(1, max((len(path.parts) for path in paths), default=1) + 1):
-        labels = ["/".join(path.parts[-depth:]) for path in paths]
-        if len(set(labels)) == len(labels):
-            return labels
-    return [str(path) for path in paths]
+    depth = 1
+    # Ends by the whole paths at the latest: the files are distinct (the table keys on them).
+    while len(set(labels := ["/".join(path.parts[-depth:]) for path in paths])) < len(paths):
+        depth += 1
+    return labels
 
 
 def main(argv: list[str] | None = None) -> int:
