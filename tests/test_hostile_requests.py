@@ -324,6 +324,31 @@ def test_the_viewer_refuses_a_foreign_host():
     assert client.get("/", headers={"host": "attacker.example:8080"}).status_code == 400
 
 
+@pytest.mark.parametrize("command", ["serve-env babyai", "serve-model {model}", "serve-retriever", "view {runs}"])
+def test_every_server_command_refuses_a_foreign_host(command, model_dir, tmp_path, monkeypatch):
+    """Each server as its command builds it (`_serve` captured, nothing listens) answers the
+    loopback names, its bound address and --allow-host names, and 400 to any other `Host`."""
+    import agentgym_rl.cli
+
+    served = {}
+    monkeypatch.setattr(agentgym_rl.cli, "_serve", lambda app, host, port, *args, **kwargs: served.update(app=app))
+    words = command.format(model=model_dir, runs=tmp_path).split()
+    result = run(*words, "--host", "127.0.0.2", "--allow-host", "trainer.lan")
+    assert result.returncode == 0, result.stderr
+    client = TestClient(served["app"])
+    for name in ("localhost:8000", "127.0.0.1", "[::1]:9", "127.0.0.2:8000", "trainer.lan"):
+        assert client.get("/health" if command != "view {runs}" else "/api/envs", headers={"host": name}).status_code == 200
+    refused = client.get("/health", headers={"host": "attacker.example"})
+    assert refused.status_code == 400 and "--allow-host" in refused.text
+
+
+def test_a_server_bound_off_loopback_says_so(monkeypatch):
+    monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets: None)
+    result = run("serve-env", "babyai", "--host", "0.0.0.0", "--port", "0")
+    assert result.returncode == 0 and "other machines" in result.stderr and "--token" in result.stderr
+    assert "other machines" not in run("serve-env", "babyai", "--port", "0").stderr
+
+
 def test_the_playground_fetches_no_url_it_was_not_given(tmp_path):
     import socket
 

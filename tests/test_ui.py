@@ -247,6 +247,9 @@ def test_playground_on_an_env_server_with_a_served_model(client, runs_dir):
     model, tokenizer = load_model_and_tokenizer(latest_model(runs_dir / "run"))
     model_app = create_model_app(model.eval(), tokenizer, "tiny", None)
     with serving("babyai") as env_url, serving_app(model_app) as model_url:
+        refused = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3", "url": env_url})
+        assert refused.status_code == 403 and "--allow-url" in refused.text  # this machine's servers too
+        client = TestClient(create_app(runs_dir, allowed_hosts=["testserver"], allowed_urls=[env_url, model_url]))
         started = client.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3", "url": env_url})
         assert started.status_code == 200, started.text
         body = started.json()

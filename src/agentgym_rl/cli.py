@@ -320,7 +320,12 @@ def bench_agent(
         raise typer.Exit(1)
 
 
-def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs") -> None:
+ALLOW_HOST = typer.Option(None, help="A host name requests may address this server by, besides localhost, "
+                          "127.0.0.1, [::1] and --host (repeatable): other names are refused, against DNS rebinding.")
+
+
+def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs", token: str | None = None,
+           login: str = "without --token anyone who reaches it may use it") -> None:
     """Run `server_app` with uvicorn on a socket bound here first, so that an address in use or
     not permitted is the usual one-line error rather than uvicorn's log and exit code, and the
     address printed is the real one (`--port 0` picks a free port)."""
@@ -328,7 +333,7 @@ def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs
 
     import uvicorn
 
-    from .http_guards import listening_socket
+    from .http_guards import is_loopback, listening_socket
 
     try:
         listener = listening_socket(host, port)
@@ -336,6 +341,9 @@ def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs
         raise UserError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error}") from None
     address = f"[{host}]" if listener.family == socket.AF_INET6 else host
     typer.echo(f"listening on http://{address}:{listener.getsockname()[1]}/ ({what}; Ctrl-C stops)")
+    if not is_loopback(host):
+        typer.echo(f"note: {host} takes connections from other machines; requests must name this server by a "
+                   "name given with --allow-host" + ("" if token else f"; {login}"), err=True)
     # On SIGTERM uvicorn waits this long for requests in flight, then cancels them and shuts
     # the app down (serve-model then stops its generations).
     config = uvicorn.Config(server_app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
@@ -354,6 +362,7 @@ def serve_env(
     max_instances: int = typer.Option(256, min=1, help="Most environment instances alive at once."),
     idle_seconds: float = typer.Option(3600.0, min=1.0, help="Close instances unused this long."),
     env_arg: Optional[List[str]] = ENV_ARG,
+    allow_host: Optional[List[str]] = ALLOW_HOST,
 ) -> None:
     """Serve an environment over HTTP (the uniform API of `agentgym_rl.server.app`; docs at /docs).
 
@@ -361,6 +370,7 @@ def serve_env(
     servers given one key restore each other's snapshots, and a restarted server its own; without
     it, a random key, so only this process restores what it handed out."""
     from .config import apply_override
+    from .http_guards import host_names
     from .server.app import create_app
 
     kwargs: dict = {}
@@ -375,7 +385,8 @@ def serve_env(
         raise UserError("AGENTGYM_RL_SNAPSHOT_KEY must be at least 32 bytes written in hex (64 hex digits), "
                         "e.g. from `python -c 'import secrets; print(secrets.token_hex(32))'`")
     _serve(create_app(env, kwargs, token=token, max_instances=max_instances, idle_seconds=idle_seconds,
-                      snapshot_key=snapshot_key), host, port)
+                      snapshot_key=snapshot_key, allowed_hosts=host_names(host, allow_host or [])),
+           host, port, token=token)
 
 
 @app.command("serve-retriever")
@@ -391,10 +402,12 @@ def serve_retriever(
     token: Optional[str] = typer.Option(None, envvar="AGENTGYM_RL_ENV_TOKEN", help="Bearer token every request "
                                         "but GET /health must carry (also read from AGENTGYM_RL_ENV_TOKEN, "
                                         "which the search env's client sends)."),
+    allow_host: Optional[List[str]] = ALLOW_HOST,
 ) -> None:
     """Serve retrieval over a corpus with Search-R1's API (POST /retrieve; docs at /docs).
     A corpus file's BM25 index is kept in ~/.cache/agentgym-rl, one per file content."""
     from .envs.search.env import local_retriever
+    from .http_guards import host_names
     from .server.retriever import create_retriever_app
 
     if corpus is not None and not corpus.is_file():
@@ -403,7 +416,8 @@ def serve_retriever(
         index = local_retriever(str(corpus) if corpus else (1000, 0), retriever, encoder)
     except ValueError as error:
         raise UserError(str(error)) from None
-    _serve(create_retriever_app(index, len(index.docs), topk, token=token), host, port)
+    _serve(create_retriever_app(index, len(index.docs), topk, token=token,
+                                allowed_hosts=host_names(host, allow_host or [])), host, port, token=token)
 
 
 @app.command("serve-model")
@@ -416,10 +430,12 @@ def serve_model(
                                         "/health."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
     device: str = typer.Option("cpu", help="cpu, cuda, or auto (CUDA when torch sees a GPU)."),
+    allow_host: Optional[List[str]] = ALLOW_HOST,
 ) -> None:
     """Serve a model with OpenAI's API: /v1/completions (token ids in and out, for exact
     rollouts: eval with rollout.generator_url=http://HOST:PORT/v1) and /v1/chat/completions."""
     from .agent.loading import load_model_and_tokenizer, resolve_device
+    from .http_guards import host_names
     from .server.model_server import create_model_app, model_name
 
     if device not in ("cpu", "cuda", "auto"):
@@ -429,7 +445,8 @@ def serve_model(
     target = resolve_device(device)
     model, tokenizer = load_model_and_tokenizer(checkpoint, dtype)
     model = model.to(target)
-    _serve(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token), host, port)
+    _serve(create_model_app(model.eval(), tokenizer, model_name(checkpoint), token,
+                            allowed_hosts=host_names(host, allow_host or [])), host, port, token=token)
 
 
 @app.command()
@@ -438,22 +455,33 @@ def view(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default: the viewer has no "
                              "authentication)."),
     port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
-    allow_host: Optional[List[str]] = typer.Option(None, help="A host name requests may address the viewer by, "
-                                                   "besides localhost, 127.0.0.1 and --host (repeatable)."),
-    allow_url: Optional[List[str]] = typer.Option(None, help="A server off this machine the playground may use "
-                                                  "(an env server or model API, e.g. http://gpu-box:8000; "
+    allow_host: Optional[List[str]] = ALLOW_HOST,
+    allow_url: Optional[List[str]] = typer.Option(None, help="A server the playground may use, this machine's "
+                                                  "too (an env server or model API, e.g. http://127.0.0.1:8000; "
                                                   "repeatable)."),
+    env_arg: Optional[List[str]] = typer.Option(None, help="ENV.KEY=VALUE: an argument of the playground's ENV "
+                                                "environments, e.g. web.chromium=/usr/bin/chromium (repeatable). "
+                                                "A page sets only an environment's safe arguments."),
 ) -> None:
     """Browse runs in a web browser: curves, trajectories turn by turn and token by token, and a
     playground to play environments by hand or with a run's model."""
-    from .http_guards import LOOPBACK_HOSTS
+    from .config import apply_override
+    from .envs import registry
+    from .http_guards import host_names
     from .ui.app import create_app
 
     if not runs_dir.is_dir():
         raise UserError(f"no runs folder {str(runs_dir)!r} (train something first, or pass the folder)")
-    hosts = [*LOOPBACK_HOSTS, host, *(allow_host or [])]
-    server_app = create_app(runs_dir, allowed_hosts=hosts, allowed_urls=allow_url or [])
-    _serve(server_app, host, port, f"the runs of {runs_dir.resolve()}")
+    env_settings: dict = {}
+    for item in _env_args(env_arg):
+        env_id, dot, _ = item.partition("=")[0].partition(".")
+        if not dot or env_id not in registry.env_ids():
+            raise UserError(f"--env-arg {item!r} is not ENV.KEY=VALUE with ENV one of {', '.join(registry.env_ids())}")
+        apply_override(env_settings, item)
+    server_app = create_app(runs_dir, allowed_hosts=host_names(host, allow_host or []), allowed_urls=allow_url or [],
+                            env_settings=env_settings)
+    _serve(server_app, host, port, f"the runs of {runs_dir.resolve()}",
+           login="the viewer has no login: anyone who reaches it may use it")
 
 
 @app.command()

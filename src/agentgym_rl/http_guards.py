@@ -27,6 +27,24 @@ EXCERPT_CHARS = 120
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
+def host_names(bound: str, extra: Iterable[str] = ()) -> list[str]:
+    """The names a server bound to `bound` answers for in a request's `Host` (`RequestGuard`):
+    this machine's loopback names, the bound address, and `extra` (`--allow-host`). A page of
+    another site that rebinds its own name to this machine's address names that site: refused."""
+    own = f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound
+    return list(dict.fromkeys([*LOOPBACK_HOSTS, own, *extra]))
+
+
+def is_loopback(bound: str) -> bool:
+    """Whether an address to listen on takes connections from this machine only."""
+    import ipaddress
+
+    try:
+        return bound == "localhost" or ipaddress.ip_address(bound.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def excerpt(value: Any) -> str:
     """`value` as at most `EXCERPT_CHARS` characters of encodable text (repr for non-strings)."""
     text = value if isinstance(value, str) else repr(value)

@@ -69,11 +69,19 @@ class OpenAIClient:
                 problem = f"{type(error).__name__}: {error}"
             else:
                 if response.status_code < 400:
-                    answer = response.json()
-                    usage = answer.get("usage") or {}
+                    try:
+                        answer = response.json()
+                    except ValueError:
+                        answer = None
+                    if not isinstance(answer, dict):
+                        raise GeneratorError(f"{self.base_url}{path} answered {response.status_code} without a "
+                                             "JSON object: not an OpenAI-compatible API")
+                    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+                    counts = [usage.get(key) for key in ("prompt_tokens", "completion_tokens")]
+                    prompt, completion = (int(n) if isinstance(n, int) else 0 for n in counts)
                     with self._lock:
-                        self.prompt_tokens += int(usage.get("prompt_tokens", 0))
-                        self.completion_tokens += int(usage.get("completion_tokens", 0))
+                        self.prompt_tokens += prompt
+                        self.completion_tokens += completion
                     return answer
                 problem = f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code < 500:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from .base import TextEnv
+from .safe_kwargs import SafeArg, SafeMembers
 from .tasks import SPLITS, Task
 from .wrappers import InvalidActionPenalty, TurnLimit
 
@@ -45,6 +46,8 @@ class EnvSpec:
             `env_factory` before any work for what building one instance does not check (a mix
             builds each member once): it raises ValueError or TypeError on a bad argument, and
             may return the most instances to keep alive at once (None: `max_parallel`).
+        safe_kwargs: the constructor arguments a request may set (the viewer's playground),
+            each with its bounds (`safe_kwargs.SafeArg`); every other one is refused there.
     """
 
     env_id: str
@@ -59,6 +62,7 @@ class EnvSpec:
     requires: str | None = None
     state_keys: bool = False
     check_entry_point: str | None = None
+    safe_kwargs: dict[str, SafeArg | SafeMembers] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -254,6 +258,7 @@ register(
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.babyai.augment:permute_colors",
         state_keys=True,
+        safe_kwargs={"list_actions": SafeArg(bool)},
     )
 )
 
@@ -267,6 +272,8 @@ register(
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.textcraft.augment:rename_items",
         state_keys=True,
+        safe_kwargs={"variant": SafeArg(int, 0, 1000),
+                     "expert_order": SafeArg(str, choices=("gets_first", "depth_first"))},
     )
 )
 
@@ -280,6 +287,10 @@ register(
         max_turns=100,
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # one ~0.5 GB JVM each
+        safe_kwargs={"reward": SafeArg(str, choices=("score", "success", "raw")),
+                     "simplification": SafeArg(str, separator=",", choices=(
+                         "easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
+                         "noElectricalAction"))},
     )
 )
 
@@ -291,6 +302,8 @@ register(
         max_turns=10,  # the longest questions take 4 searches and an answer
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         # Not pure_python: with `retriever_url` a search waits on a retrieval server.
+        # The corpus, questions, encoder folder and world size come from the command line only.
+        safe_kwargs={"top_k": SafeArg(int, 1, 20), "retriever": SafeArg(str, choices=("bm25", "dense"))},
     )
 )
 
@@ -302,6 +315,8 @@ register(
         max_turns=15,  # the longest embedded tasks take 6 actions; WebArena allows 30
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # a browser context (a renderer process) each
+        # Not the browser, task file, site or judge URLs, nor a browser process of its own.
+        safe_kwargs={"screenshot": SafeArg(bool), "timeout": SafeArg(float, 0.5, 60.0)},
     )
 )
 
@@ -315,6 +330,7 @@ register(
         state_keys=True,  # those of its members that name their states
         requires="env.kwargs.members: the environments it mixes",
         check_entry_point="agentgym_rl.envs.mix:check_members",
+        safe_kwargs={"members": SafeMembers()},
     )
 )
 
@@ -326,5 +342,7 @@ register(
         max_turns=30,  # our choice; AppWorld's server allows up to 1000 interactions per task
         max_parallel=1,  # AppWorld's server holds one task at a time
         requires="an AppWorld environment server (env.kwargs.url) and the AppWorld data (env.kwargs.data_root)",
+        safe_kwargs={"test_set": SafeArg(str, choices=("test_normal", "test_challenge", "dev")),
+                     "timeout": SafeArg(float, 1.0, 600.0)},
     )
 )

@@ -130,7 +130,12 @@ class EnvServer(ServerConnection):
                  backoff: float = 0.2):
         super().__init__(url, token, timeout, retries, backoff)
         about = self.call("GET", "/v1/info")
-        self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
+        try:
+            self.env_id, self.instruction, self.max_turns = about["env_id"], about["instruction"], about["max_turns"]
+        except (KeyError, TypeError):
+            self.close()
+            raise RemoteEnvError(f"{self.url}/v1/info: not an environment server's answer "
+                                 "(no env_id, instruction and max_turns)") from None
 
 
 class HttpEnv(TextEnv):

@@ -44,7 +44,7 @@ import threading
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
@@ -200,7 +200,7 @@ class _Instances:
 
 def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str | None = None,
                max_instances: int = 256, idle_seconds: float = 3600.0, max_body_bytes: int = 1_000_000,
-               snapshot_key: bytes | None = None) -> FastAPI:
+               snapshot_key: bytes | None = None, allowed_hosts: Iterable[str] | None = None) -> FastAPI:
     """The FastAPI app serving `env_id` (a registered environment built with `env_kwargs`).
 
     Args:
@@ -210,6 +210,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
         max_body_bytes: larger request bodies are refused with 413.
         snapshot_key: the key snapshots are signed with (None: a random one, so only this server
             restores its own).
+        allowed_hosts: the names a request's `Host` may carry (`http_guards.host_names`); None: any.
     """
     signer = SnapshotSigner(snapshot_key)
     spec = registry.spec(env_id)
@@ -225,7 +226,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, token: str
 
     app = FastAPI(title=f"agentgym-rl {env_id} environment server", lifespan=lifespan)
 
-    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
     env_call = env_endpoint(spec.pure_python)
 

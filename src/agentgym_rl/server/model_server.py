@@ -24,7 +24,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 from fastapi import FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
@@ -64,12 +64,14 @@ class ChatRequest(BaseModel):
 
 
 def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = None,
-                     max_body_bytes: int = 8_000_000, max_seconds: float = 300.0) -> FastAPI:
+                     max_body_bytes: int = 8_000_000, max_seconds: float = 300.0,
+                     allowed_hosts: Iterable[str] | None = None) -> FastAPI:
     """The server's app over a loaded model and tokenizer, served as `name`.
 
     Args:
         max_seconds: a request's generation stops after this long (its replies end "length"),
             and every generation stops when the server shuts down, so SIGTERM is not held up.
+        allowed_hosts: the names a request's `Host` may carry (`http_guards.host_names`); None: any.
     """
     encoder = ChatEncoder(tokenizer)
     default_stops = sorted({encoder.end_of_turn_id, *([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])})
@@ -83,7 +85,7 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
         stopping.set()  # uvicorn gets here once a graceful shutdown's wait is over
 
     app = FastAPI(title="agentgym-rl model server", description=__doc__, lifespan=lifespan)
-    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
 
     def check_model(requested: str | None) -> None:

@@ -15,7 +15,7 @@ Bearer <token>` (the search env's client sends $AGENTGYM_RL_ENV_TOKEN).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
@@ -45,10 +45,11 @@ class RetrieverStatus(BaseModel):
 
 
 def create_retriever_app(retriever: Retriever, documents: int, default_topk: int = 3, token: str | None = None,
-                         max_body_bytes: int = 2_000_000) -> FastAPI:
-    """The app serving `retriever` (over `documents` documents); larger bodies get 413."""
+                         max_body_bytes: int = 2_000_000, allowed_hosts: Iterable[str] | None = None) -> FastAPI:
+    """The app serving `retriever` (over `documents` documents); larger bodies get 413; a `Host`
+    not in `allowed_hosts` (None: any) gets 400."""
     app = FastAPI(title="agentgym-rl retrieval server (Search-R1's API)")
-    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes)
+    app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
 
     @app.get("/health")

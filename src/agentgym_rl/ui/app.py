@@ -15,7 +15,8 @@ Only files under the runs folder are read: a run is named by its folder name (a 
 a trajectory file by its split and step, a line by its number, and a file whose real place (links
 followed) is outside the runs folder is not read. A malformed line is listed as such; it is
 never an error. Requests must name this machine (or a host given with `--allow-host`) in their
-`Host`; the playground talks only to servers on this machine or given with `--allow-url`.
+`Host`; the playground talks only to servers given with `--allow-url`, and a request sets only an
+environment's safe arguments (`ui/playground.py`).
 """
 
 from __future__ import annotations
@@ -115,19 +116,21 @@ def _matches(summary: dict[str, Any], env: str | None, item: str | None, categor
 
 
 def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
-               allowed_urls: Iterable[str] = (), max_body_bytes: int = 1_000_000) -> FastAPI:
+               allowed_urls: Iterable[str] = (), max_body_bytes: int = 1_000_000,
+               env_settings: dict[str, dict[str, Any]] | None = None) -> FastAPI:
     """The viewer app over `runs_dir` (read at every request: new runs and steps appear).
 
     Args:
         allowed_hosts: the names a request's `Host` may carry (the viewer has no login: a page
             of another site that rebinds its name to this address is refused).
-        allowed_urls: the servers besides this machine's the playground may talk to.
+        allowed_urls: the servers the playground may talk to (this machine's too).
         max_body_bytes: larger request bodies are refused with 413.
+        env_settings: env id -> the arguments its playground sessions get (`view --env-arg`).
     """
     runs_dir = Path(runs_dir)
     index = TrajectoryIndex()
     tokens = TokenViews()
-    playground = Playground(allowed_urls)
+    playground = Playground(allowed_urls, env_settings)
     app = FastAPI(title="agentgym-rl viewer", default_response_class=JSON)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)

@@ -5,6 +5,11 @@ model sees that conversation as the rollouts of its run built it (the run's `rol
 and `max_new_tokens`, greedy), re-encoded from text: with a byte-level tokenizer the same ids.
 A model behind an OpenAI-compatible endpoint gets the environment's instruction as a system
 message, then the conversation.
+
+A request chooses only what cannot hurt the machine: an environment's safe arguments
+(`EnvSpec.safe_kwargs`, bounded), and servers among those the viewer was started with
+(`--allow-url`). The rest of an environment's arguments come from the viewer's command line
+(`--env-arg ENV.KEY=VALUE`). What a remote server answers is logged, never sent back to the page.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+import logging
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -20,14 +26,13 @@ from urllib.parse import urlsplit
 
 from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
+from ..envs.safe_kwargs import NotSettable, checked_kwargs
 from ..errors import UserError
-from ..http_guards import LOOPBACK_HOSTS, excerpt
+from ..http_guards import excerpt
 from ..runs import latest_model, played_settings
 from .index import within
 
 MAX_ACTION_CHARS = 10_000
-LOOPBACK_NAMES = tuple(host.strip("[]") for host in LOOPBACK_HOSTS)
-"""This machine's names as `urlsplit` gives a host (an IPv6 address without its brackets)."""
 MAX_SESSIONS = 8
 """Sessions kept alive; starting one more closes the least recently used."""
 
@@ -50,10 +55,15 @@ def grid_image(env: TextEnv) -> str | None:
     return base64.b64encode(buffer.getvalue()).decode()
 
 
+log = logging.getLogger(__name__)
+
+
 class _Session:
-    def __init__(self, env: TextEnv, item_id: Any, observation: str, info: dict[str, Any]):
+    def __init__(self, env: TextEnv, item_id: Any, observation: str, info: dict[str, Any], url: str | None):
         self.env = env
         self.item_id = item_id
+        self.url = url
+        """The env server it plays on; None: in the viewer."""
         self.info = info
         """The last reset's or step's info (the web env's screenshot is there)."""
         self.messages: list[dict[str, str]] = [{"role": "user", "content": observation}]
@@ -78,13 +88,17 @@ class Playground:
     """Live sessions, and the models that have acted in them (one per run, loaded once).
 
     Args:
-        allowed_urls: the servers (env servers, model APIs) a session may talk to besides those
-            on this machine: a URL's scheme, host and port must match one of them. The viewer
-            fetches nothing else, so that a page cannot make it a proxy into the network.
+        allowed_urls: the servers (env servers, model APIs) a session may talk to, this
+            machine's included: a URL's scheme, host and port must match one of them. The viewer
+            fetches nothing else, so that a page cannot make it a proxy into the network or onto
+            another service of this machine.
+        env_settings: each environment's arguments given on the command line (env id -> kwargs),
+            under those a request may set.
     """
 
-    def __init__(self, allowed_urls: Iterable[str] = ()) -> None:
+    def __init__(self, allowed_urls: Iterable[str] = (), env_settings: dict[str, dict[str, Any]] | None = None) -> None:
         self.allowed = {origin for origin in map(_origin, allowed_urls) if origin is not None}
+        self.env_settings = {env_id: dict(kwargs) for env_id, kwargs in (env_settings or {}).items()}
         self._sessions: OrderedDict[int, _Session] = OrderedDict()
         self._ids = itertools.count(1)
         self._models: dict[Path, Any] = {}
@@ -93,40 +107,60 @@ class Playground:
     @staticmethod
     def env_ids() -> list[dict[str, Any]]:
         """Every registered environment, those that run as installed first (the page opens on the
-        first): one that needs what only its user has (AppWorld's server and data) comes last."""
+        first): one that needs what only its user has (AppWorld's server and data) comes last.
+        `settable`: the arguments a request may set."""
         specs = [registry.spec(env_id) for env_id in registry.env_ids()]
-        return [{"id": spec.env_id, "max_turns": spec.max_turns, "requires": spec.requires}
+        return [{"id": spec.env_id, "max_turns": spec.max_turns, "requires": spec.requires,
+                 "settable": sorted(spec.safe_kwargs)}
                 for spec in sorted(specs, key=lambda spec: spec.requires is not None)]
 
-    @staticmethod
-    def tasks(env_id: str, split: str) -> list[dict[str, Any]]:
+    def tasks(self, env_id: str, split: str) -> list[dict[str, Any]]:
         if env_id not in registry.env_ids():
-            raise PlaygroundError(f"unknown environment {env_id!r}", 404)
+            raise PlaygroundError(f"unknown environment {excerpt(env_id)!r}", 404)
         try:
-            return [{"item_id": t.item_id, "category": t.category} for t in registry.tasks(env_id, split)]
+            tasks = registry.tasks(env_id, split, self.env_settings.get(env_id))
         except UserError as error:
             raise PlaygroundError(str(error)) from None
+        return [{"item_id": t.item_id, "category": t.category} for t in tasks]
 
     def start(self, env_id: str, item_id: Any, kwargs: dict[str, Any], url: str | None = None) -> dict[str, Any]:
         """A session of `env_id` (in this process, or a client of the env server at `url`:
         `agentgym-rl serve-env`, or AgentGym's own as `agentgym+http://...`) reset to `item_id`."""
         if env_id not in registry.env_ids():
-            raise PlaygroundError(f"unknown environment {env_id!r}; registered: {', '.join(registry.env_ids())}")
+            raise PlaygroundError(f"unknown environment {excerpt(env_id)!r}; registered: "
+                                  f"{', '.join(registry.env_ids())}")
         if url:
             self.check_url(url)
+            if kwargs:
+                raise PlaygroundError("an env server's environments take the arguments it was started with "
+                                      "(`serve-env --env-arg`), not a request's")
+        else:
+            try:
+                kwargs = checked_kwargs(env_id, kwargs, lambda env: self.env_settings.get(env, {}))
+            except NotSettable as error:
+                raise PlaygroundError(f"{error} (`view --env-arg {env_id}.KEY=VALUE`)", 403) from None
+            except ValueError as error:
+                raise PlaygroundError(str(error)) from None
         try:
             env = registry.env_factory(env_id, kwargs, [url] if url else [], timeout=30.0)()
         except (TypeError, ValueError, UserError, OSError) as error:
-            where = f" at {url}" if url else ""
-            raise PlaygroundError(f"cannot make {env_id!r}{where} with {kwargs}: {error}") from None
+            if url:  # what the server answered stays in the log
+                log.warning("playground: %s at %s: %s", env_id, url, error)
+                raise PlaygroundError(f"no environment server of {env_id!r} answered at {url} as expected "
+                                      "(the viewer's log says why)") from None
+            raise PlaygroundError(f"cannot make {env_id!r} with {excerpt(kwargs)}: {excerpt(str(error))}") from None
         try:
             observation, info = env.reset(item_id=item_id)
         except (ValueError, UserError, EnvStateError, OSError) as error:
             env.close()
-            raise PlaygroundError(f"cannot reset {env_id!r} to item {item_id!r}: {error}") from None
+            if url:
+                log.warning("playground: reset %s to %r at %s: %s", env_id, item_id, url, error)
+                raise PlaygroundError(f"the server at {url} could not reset {env_id!r} to item "
+                                      f"{excerpt(item_id)!r} (the viewer's log says why)") from None
+            raise PlaygroundError(f"cannot reset {env_id!r} to item {excerpt(item_id)!r}: {error}") from None
         with self._lock:
             session_id = next(self._ids)
-            self._sessions[session_id] = _Session(env, item_id, observation, info)
+            self._sessions[session_id] = _Session(env, item_id, observation, info, url)
             while len(self._sessions) > MAX_SESSIONS:
                 _, oldest = self._sessions.popitem(last=False)
                 oldest.env.close()
@@ -156,7 +190,11 @@ class Playground:
             try:
                 [reply] = policy.act([env], [prompt], max_new_tokens, [conversation])
             except UserError as error:
-                raise PlaygroundError(str(error), 502) from None
+                if run_dir is not None:
+                    raise PlaygroundError(str(error), 502) from None
+                log.warning("playground: the model at %s: %s", endpoint, error)
+                raise PlaygroundError(f"the model at {endpoint} gave no reply (the viewer's log says why)",
+                                      502) from None
             return self._act(session, prefix + reply.text)
 
     def close(self, session_id: int) -> None:
@@ -180,7 +218,11 @@ class Playground:
         try:
             observation, reward, terminated, truncated, session.info = session.env.step(reply)
         except Exception as error:  # noqa: BLE001 — a remote env's transport, an env's own bug: shown, not a 500
-            raise PlaygroundError(f"the environment failed on {reply!r}: {error}", 502) from None
+            if session.url:
+                log.warning("playground: step at %s: %s", session.url, error)
+                raise PlaygroundError(f"the environment server at {session.url} failed on {excerpt(reply)!r} "
+                                      "(the viewer's log says why)", 502) from None
+            raise PlaygroundError(f"the environment failed on {excerpt(reply)!r}: {error}", 502) from None
         session.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
         session.total_reward += reward
         session.done = terminated or truncated
@@ -226,13 +268,13 @@ class Playground:
         return played
 
     def check_url(self, url: str) -> None:
-        """Refuse a server that is neither on this machine nor allowed (`allowed_urls`)."""
+        """Refuse a server the viewer was not started with (`allowed_urls`), on this machine too."""
         origin = _origin(url)
         if origin is None:
             raise PlaygroundError(f"not an http(s) URL: {excerpt(url)!r}")
-        if origin[1] not in LOOPBACK_NAMES and origin not in self.allowed:
-            raise PlaygroundError(f"the viewer talks only to servers on this machine or given with --allow-url; "
-                                  f"{excerpt(url)!r} is neither", 403)
+        if origin not in self.allowed:
+            raise PlaygroundError(f"the viewer talks only to servers given with --allow-url; {excerpt(url)!r} "
+                                  "is not one", 403)
 
     def _endpoint_policy(self, endpoint: str | None, model_name: str) -> tuple[Any, int, bool, str]:
         if not endpoint or not endpoint.startswith(("http://", "https://")):

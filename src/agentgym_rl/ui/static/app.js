@@ -321,8 +321,17 @@ async function loadEnvs() {
   const body = await api("/api/envs");
   $("p-env").replaceChildren(...body.envs.map((e) => el("option", { value: e.id, title: e.requires ? `needs ${e.requires}` : "" },
     e.requires ? `${e.id} (needs your own setup)` : e.id)));
+  state.settable = Object.fromEntries(body.envs.map((e) => [e.id, e.settable]));
+  showSettable();
   checkRunEnv();
   await loadItems();
+}
+
+// The page may set only an environment's safe arguments; the rest come from `view --env-arg`.
+function showSettable() {
+  const names = (state.settable || {})[$("p-env").value] || [];
+  $("p-kwargs").title = names.length ? `settable here: ${names.join(", ")}; others with view --env-arg ENV.KEY=VALUE`
+    : "nothing settable here; arguments come from view --env-arg ENV.KEY=VALUE";
 }
 
 let itemsRequest = 0;
@@ -338,7 +347,7 @@ async function loadItems() {
   } catch (error) { /* shown in the error line */ }
 }
 
-$("p-env").addEventListener("change", () => { checkRunEnv(); loadItems(); });
+$("p-env").addEventListener("change", () => { showSettable(); checkRunEnv(); loadItems(); });
 
 // A run's model acting in another environment than it was trained on: allowed, but said.
 function checkRunEnv() {
