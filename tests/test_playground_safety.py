@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from test_cli import cli
 
 from agentgym_rl.envs import registry
-from agentgym_rl.envs.safe_kwargs import SafeArg, SafeMembers, checked_kwargs
+from agentgym_rl.envs.registry import checked_kwargs
+from agentgym_rl.envs.safe_kwargs import SafeArg, SafeMembers
 from agentgym_rl.errors import UserError
 from agentgym_rl.ui.app import create_app
 

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..errors import UserError
 from .base import TextEnv
-from .safe_kwargs import SafeArg, SafeMembers
+from .safe_kwargs import NotSettable, SafeArg, SafeMembers
 from .tasks import SPLITS, Task
 from .wrappers import InvalidActionPenalty, TurnLimit
 
@@ -123,6 +123,34 @@ def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[st
 
     factory.max_parallel = max_parallel  # type: ignore[attr-defined]
     return factory
+
+
+def checked_kwargs(env_id: str, kwargs: Any,
+                   base: Callable[[str], dict[str, Any]] = lambda env_id: {}) -> dict[str, Any]:
+    """`kwargs` of `env_id` as a request gave them, each checked against the environment's
+    `safe_kwargs`, over `base(env_id)`: the arguments the process was started with (a mix's
+    members get theirs too).
+
+    Raises:
+        NotSettable: an argument that is not listed (the message names those that are).
+        ValueError: an unknown environment, or a value of the wrong type or out of bounds.
+    """
+    if env_id not in _REGISTRY:
+        raise ValueError(f"unknown environment {env_id[:40]!r}; registered: {', '.join(env_ids())}")
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"the arguments of {env_id!r} are a mapping, got {str(kwargs)[:80]!r}")
+    safe = _REGISTRY[env_id].safe_kwargs
+    checked = dict(base(env_id))
+    for name, value in kwargs.items():
+        if name not in safe:
+            listed = ", ".join(sorted(safe)) or "none"
+            raise NotSettable(f"{env_id}'s argument {str(name)[:40]!r} cannot be set by a request (it can: "
+                              f"{listed}); the rest come from the command line")
+        checked[name] = safe[name].check(f"{env_id}'s {name}", value)
+    if env_id == "mix" and "members" in kwargs:
+        for member in checked["members"]:  # each member's own, over those its environment was given
+            member["kwargs"] = checked_kwargs(member["id"], member["kwargs"], base)
+    return checked
 
 
 AGENTGYM_SCHEME = "agentgym+"

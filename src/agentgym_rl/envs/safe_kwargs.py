@@ -5,14 +5,15 @@ Many constructor arguments name an executable (the web env's `chromium`), a file
 size whose cost has no bound (`world_size`, cached per value). Those come only from whoever
 starts the process: a config, `--env-arg`. What a request may set is listed per environment in
 `EnvSpec.safe_kwargs`, each argument with its type and bounds; every other argument is refused,
-so a parameter added to a constructor later stays out of a request's reach until it is listed.
+so a parameter added to a constructor later stays out of a request's reach until it is listed
+(`registry.checked_kwargs` applies them).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 MAX_TEXT = 200
 """Longest string a request may give for a listed argument."""
@@ -64,8 +65,9 @@ class SafeArg:
 
 @dataclass(frozen=True)
 class SafeMembers:
-    """A mix's `members` as a request may give them: registered environments (not a mix), a
-    bounded weight and turn limit, and `kwargs` that are each member's own safe arguments."""
+    """A mix's `members` as a request may give them: at most `max_members`, each an environment
+    id other than the mix, a bounded weight and turn limit, and `kwargs`, a mapping that
+    `registry.checked_kwargs` then checks against that member's own safe arguments."""
 
     max_members: int = 8
 
@@ -88,35 +90,6 @@ class SafeMembers:
                                                                  entry["max_turns"])
             if entry["id"] == "mix":
                 raise ValueError("a mix's member cannot be a mix")
-            member["kwargs"] = checked_kwargs(entry["id"], entry.get("kwargs") or {})
+            member["kwargs"] = entry.get("kwargs") or {}
             checked.append(member)
         return checked
-
-
-def checked_kwargs(env_id: str, kwargs: Any, base: Callable[[str], dict[str, Any]] = lambda env_id: {}) -> dict[str, Any]:
-    """`kwargs` of `env_id` as a request gave them, each checked against the environment's
-    `safe_kwargs`, over `base(env_id)`: the arguments the process was started with (a mix's
-    members get theirs too).
-
-    Raises:
-        NotSettable: an argument that is not listed (the message names those that are).
-        ValueError: an unknown environment, or a value of the wrong type or out of bounds.
-    """
-    from . import registry
-
-    if env_id not in registry.env_ids():
-        raise ValueError(f"unknown environment {env_id[:40]!r}; registered: {', '.join(registry.env_ids())}")
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"the arguments of {env_id!r} are a mapping, got {str(kwargs)[:80]!r}")
-    safe = registry.spec(env_id).safe_kwargs
-    checked = dict(base(env_id))
-    for name, value in kwargs.items():
-        if name not in safe:
-            listed = ", ".join(sorted(safe)) or "none"
-            raise NotSettable(f"{env_id}'s argument {str(name)[:40]!r} cannot be set by a request (it can: {listed}); "
-                             "the rest come from the command line")
-        checked[name] = safe[name].check(f"{env_id}'s {name}", value)
-    if env_id == "mix" and "members" in kwargs:
-        for member in checked["members"]:  # each member over the arguments its environment was given
-            member["kwargs"] = {**base(member["id"]), **member["kwargs"]}
-    return checked

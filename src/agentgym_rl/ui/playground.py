@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from ..envs import registry
 from ..envs.base import EnvStateError, TextEnv
-from ..envs.safe_kwargs import NotSettable, checked_kwargs
+from ..envs.safe_kwargs import NotSettable
 from ..errors import UserError
 from ..http_guards import excerpt
 from ..runs import latest_model, played_settings
@@ -136,7 +136,7 @@ class Playground:
                                       "(`serve-env --env-arg`), not a request's")
         else:
             try:
-                kwargs = checked_kwargs(env_id, kwargs, lambda env: self.env_settings.get(env, {}))
+                kwargs = registry.checked_kwargs(env_id, kwargs, lambda env: self.env_settings.get(env, {}))
             except NotSettable as error:
                 raise PlaygroundError(f"{error} (`view --env-arg {env_id}.KEY=VALUE`)", 403) from None
             except ValueError as error:
