@@ -2,6 +2,7 @@
 
 ```
 <run.output_dir>/<run.name>/
+  .lock              who writes the run now (`run_lock`): its PID and host, empty once it ended
   config.yaml        the resolved config (`played_settings` reads what eval needs of it)
   metrics.jsonl      one JSON line per step (`MetricsLogger`, `read_metrics`)
   tensorboard/       the same scalars for TensorBoard (wandb/ for W&B: `run.loggers`, trackers.py)
@@ -20,11 +21,15 @@ imports a trainer.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import socket
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -36,6 +41,7 @@ from .trackers import open_trackers, scalars
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
+LOCK = ".lock"
 MIN_FREE_BYTES = 256 * 2**20
 """Least free disk space a run starts with (the tiny model's checkpoints are ~12 MB each)."""
 
@@ -47,14 +53,78 @@ def holds_run(run_dir: str | Path) -> bool:
 
 def start_run(run_dir: str | Path, config: Any, hint: str = "choose a new run.name") -> None:
     """Create the run folder and write `config.yaml`; a folder that holds a run is refused, or
-    emptied first when the config says `run.overwrite`."""
+    emptied first when the config says `run.overwrite` (under `run.smoke`, only a smoke run's)."""
     run_dir = Path(run_dir)
     if holds_run(run_dir):
-        if not getattr(getattr(config, "run", None), "overwrite", False):
+        run = getattr(config, "run", None)
+        if not getattr(run, "overwrite", False):
             raise UserError(f"run folder {str(run_dir)!r} already holds a run; {hint}, or --overwrite "
                             "(run.overwrite=true) to start it afresh")
+        if getattr(run, "smoke", False) and not _smoke_run(run_dir):
+            raise UserError(f"--smoke replaces only a smoke run, and {str(run_dir)!r} holds another run: give "
+                            "--smoke a run.name of its own (its default is <run.name>_smoke)")
         _clear_run(run_dir)
     write_config(run_dir, config)
+
+
+@contextmanager
+def run_lock(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr) -> Iterator[None]:
+    """Hold `run_dir`'s lock while the block writes the run: a second writer (a run of the same
+    name, `--overwrite`, `--resume`) is refused with one line naming the holder, while readers
+    (`eval --run`, `report`, `view`) need no lock.
+
+    The lock is an exclusive `flock` on `run_dir/.lock`, taken atomically and let go by the
+    kernel when the holder ends, however it ends; the file says who holds it (PID, host, since)
+    and is emptied on release. A file that still names a holder once the lock is free was left by a
+    process that died: its lock is taken over with a note. (flock holds between processes of one
+    machine and on most network file systems; two machines sharing a folder by other means are
+    not kept apart.)
+
+    Raises:
+        UserError: another process holds the lock, or the folder cannot be written.
+    """
+    path = Path(run_dir) / LOCK
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise UserError(f"cannot write the run folder {str(run_dir)!r}: {error.strerror or error}") from None
+    with os.fdopen(descriptor, "r+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"run folder {str(run_dir)!r} is in use by {_holder(handle.read())}: wait for it to end "
+                            "(or stop it), or choose another run.name") from None
+        left = handle.read()
+        if left.strip():
+            log(f"note: {run_dir} was left locked by {_holder(left)}, which has ended; taking it over")
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}))
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()  # the kernel lets the lock go when the file closes
+
+
+def _holder(text: str) -> str:
+    """Who a lock file names, in words."""
+    try:
+        holder = json.loads(text)
+        return f"PID {holder['pid']} on {holder['host']} (since {holder['since']})"
+    except (ValueError, KeyError, TypeError):
+        return "another process"
+
+
+def _smoke_run(run_dir: Path) -> bool:
+    """Whether the run in `run_dir` was started by `--smoke` (its config says `run.smoke`)."""
+    try:
+        return load_yaml(run_dir / CONFIG).get("run", {}).get("smoke") is True
+    except Exception:  # noqa: BLE001 — no config, or a broken one: not known to be a smoke run
+        return False
 
 
 def _clear_run(run_dir: Path) -> None:
@@ -65,7 +135,13 @@ def _clear_run(run_dir: Path) -> None:
         raise UserError(f"--overwrite would delete {str(run_dir)!r}, which holds the working directory or the home "
                         "folder; choose a run.name of its own")
     try:
-        shutil.rmtree(run_dir)
+        for child in run_dir.iterdir():
+            if child.name == LOCK:  # held by this process: a new file would be a second lock
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
     except OSError as error:
         raise UserError(f"cannot empty {str(run_dir)!r} for --overwrite: {error.strerror or error}") from None
 

@@ -62,6 +62,9 @@ class RunConfig:
     overwrite: bool = False
     """Start afresh in a run folder that already holds a run, deleting what it holds (the
     commands' `--overwrite`); false refuses such a folder (`--resume` continues it instead)."""
+    smoke: bool = False
+    """Set by `--smoke`: the run is a smoke run, and `overwrite` then replaces only a folder that
+    holds a smoke run, never a real run given the same `run.name`."""
 
     def __post_init__(self) -> None:
         # The folder is written, and with `overwrite` emptied: it must be one of output_dir's own.

@@ -10,14 +10,15 @@ model (`model.path` set) keeps its own start (no warm-up), plays fewer, shorter 
 step, and takes `algo.invalid_turn_penalty` off the token where a rejected action went wrong.
 
 The preset goes before the command's own `key=value` overrides, which can change any of it;
-the run is named `<run.name>_smoke` and started afresh on every smoke run.
+the run is named `<run.name>_smoke` and started afresh on every smoke run (`run.smoke`: only a
+smoke run's folder is ever replaced, whatever `run.name` says).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-_RUN = ["run.overwrite=true"]
+_RUN = ["run.overwrite=true", "run.smoke=true"]
 _EVAL = ["eval.episodes=2", "eval.max_turns=3"]
 _TINY_MODEL = ["model.corpus_episodes=60"]
 _WARMUP = ["warmup.episodes=60", "warmup.epochs=2", "warmup.batch_size=2", "warmup.thoughts=false",

@@ -5,19 +5,55 @@ A journal holds every episode of the run (finished ones whole; unfinished ones w
 tokens so far, their random stream and a snapshot of their environment), the episodes still to
 start, and a signature: what the run was asked to play, with what weights. The engine continues
 a journal only when the signature is its own, so a journal of other tasks, seeds or weights is
-never mistaken for this run's. Like a snapshot it is a pickle: it is read only from the run
-folder that wrote it.
+never mistaken for this run's.
+
+Like a snapshot it is a pickle, and reading a pickle can run code: so a journal is signed with a
+key of this user's (`journal_key`, kept outside every run folder), and one whose signature does
+not match is never unpickled. Whoever can write into a runs folder cannot make a resume run code.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import pickle
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2
+MAGIC = b"agentgym-rl journal 2\n"
+KEY_FILE = "journal.key"
+
+
+def journal_key() -> bytes:
+    """This user's key for signing journals: `<cache>/journal.key` (`models.cache_root`), made
+    on first use, readable by this user alone."""
+    from ..agent.models import cache_root
+
+    path = cache_root() / KEY_FILE
+    try:
+        return bytes.fromhex(path.read_text())
+    except (OSError, ValueError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{KEY_FILE}.{os.getpid()}")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(secrets.token_hex(32))
+    try:
+        os.link(partial, path)  # the first writer's key wins; a process racing it reads that one
+    except FileExistsError:
+        pass
+    finally:
+        partial.unlink()
+    return bytes.fromhex(path.read_text())
+
+
+def _signature(data: bytes) -> bytes:
+    return hmac.new(journal_key(), data, hashlib.sha256).digest()
 
 
 @dataclass
@@ -50,8 +86,15 @@ class Journal:
 
     def _record(self) -> dict[str, Any] | None:
         try:
-            record = pickle.loads(self.path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+            raw = self.path.read_bytes()
+        except OSError:
+            return None
+        signature, data = raw[len(MAGIC):len(MAGIC) + 32], raw[len(MAGIC) + 32:]
+        if not raw.startswith(MAGIC) or not hmac.compare_digest(signature, _signature(data)):
+            return None  # not written by this user's runs: never unpickled
+        try:
+            record = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, AttributeError, ValueError):
             return None
         return record if isinstance(record, dict) and record.get("format") == FORMAT else None
 
@@ -59,6 +102,7 @@ class Journal:
         """Write `state` (replacing the last one); returns its bytes."""
         data = pickle.dumps({"format": FORMAT, "signature": {**signature, "key": self.key}, "state": state},
                             protocol=pickle.HIGHEST_PROTOCOL)
+        data = MAGIC + _signature(data) + data
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(self.path.name + ".partial")
         partial.write_bytes(data)

@@ -41,7 +41,7 @@ from .batch import TokenBatch, collate
 from .finetune import prepare_sft_data
 from .learner import Learner, is_lora
 from .pairs import PairStats, build_pairs
-from .session import Session, Trainer, eval_metrics, sample_items
+from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
 
 Pair = tuple[Trajectory, Trajectory]
 
@@ -129,6 +129,7 @@ class DPOTrainer(Trainer):
                 out[id(t)] = value
         return out
 
+    @holds_run_folder
     def fit(self) -> dict[str, Any]:
         """Train; returns {"run_dir", "model", "pairs", "before", "after"} (summaries or None)."""
         cfg = self.config

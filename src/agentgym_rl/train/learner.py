@@ -571,7 +571,7 @@ class Learner:
         """Restore the optimizer and value head saved by `save` (the model is loaded apart)."""
         if self.sharded:
             raise RuntimeError("load the learner's state before shard()")
-        state = torch.load(Path(folder) / "learner.pt", weights_only=False)
+        state = torch.load(Path(folder) / "learner.pt", weights_only=True)
         if self.value_head is not None:
             self.value_head.load_state_dict(state["value_head"])
         if "optimizer_by_name" in state:  # written by a sharded learner

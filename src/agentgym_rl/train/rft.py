@@ -28,7 +28,7 @@ from ..config import RFTConfig
 from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
-from .session import Session, Trainer, eval_metrics, sample_items
+from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
 
 
 def keep_successes(trajectories: list[Trajectory], dedupe: bool) -> list[Trajectory]:
@@ -53,6 +53,7 @@ class RFTTrainer(Trainer):
         super().__init__(config, log)
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
 
+    @holds_run_folder
     def fit(self) -> list[dict[str, Any]]:
         """Run every round; returns one record per round (round 0 = the start) with the
         sampled success rate, successes kept, SFT losses and the evaluation summary."""

@@ -33,7 +33,7 @@ from . import distributed
 from .asynchronous import RolloutsAhead, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
-from .session import Session, Trainer
+from .session import Session, Trainer, holds_run_folder
 
 
 _clock = time.monotonic
@@ -387,7 +387,7 @@ class RLTrainer(Trainer):
         step rank 0 starts from; it writes nothing to the run folder."""
         start = distributed.broadcast(None)
         checkpoint = self.run_dir / "checkpoints" / f"step_{start:06d}"
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
         return Session.resume(self.config, checkpoint, self.log, writes=False, **options), state, start
 
     def _reopen(self, options: dict[str, Any]) -> tuple[Session, dict[str, Any], Path]:
@@ -401,7 +401,7 @@ class RLTrainer(Trainer):
                             "under a new run.name, or delete the folder")
         for checkpoint in reversed(found):
             try:
-                state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+                state = torch.load(checkpoint / "trainer_state.pt", weights_only=True)
                 return Session.resume(self.config, checkpoint, self.log, **options), state, checkpoint
             except Exception as error:  # noqa: BLE001 — any unreadable file makes the checkpoint unusable
                 reason = traceback.format_exception_only(type(error), error)[-1].strip()
@@ -409,6 +409,7 @@ class RLTrainer(Trainer):
         raise UserError(f"cannot resume {str(self.run_dir)!r}: none of its {len(found)} checkpoints loads")
 
     # ------------------------------------------------------------------------- main loop
+    @holds_run_folder
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
         """Run until `train.steps`; returns the validation summaries logged."""
         from ..progress import progress_bar

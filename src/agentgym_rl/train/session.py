@@ -9,6 +9,7 @@ and the loop.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ from ..rollout.engine import RolloutEngine
 from ..rollout.backends import model_policy
 from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
-from ..runs import MetricsLogger, NoMetrics, checkpoint_step, start_run
+from ..runs import MetricsLogger, NoMetrics, checkpoint_step, run_lock, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
 from .learner import Learner
 
@@ -47,6 +48,21 @@ def check_model_path(model_path: str | None) -> None:
         damage = model_damage(Path(model_path))
         if damage is not None:
             raise UserError(f"model path {model_path!r} does not load: {damage}")
+
+
+def holds_run_folder(fit: Callable[..., Any]) -> Callable[..., Any]:
+    """A trainer's `fit`, run while its process holds the run folder's lock (`runs.run_lock`), so
+    that no other command deletes or writes the run meanwhile; a `torchrun` rank > 0 takes
+    none (rank 0 holds it for the run)."""
+
+    @functools.wraps(fit)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "rank", 0) > 0:
+            return fit(self, *args, **kwargs)
+        with run_lock(self.run_dir, self.log):
+            return fit(self, *args, **kwargs)
+
+    return locked
 
 
 class Trainer:

@@ -21,7 +21,7 @@ from ..rollout.formats import load_conversations, sft_messages
 from ..rollout.trajectory import Trajectory
 from .demonstrations import collect_expert, conversation_text
 from .finetune import SFTDataStats, plan_batches, prepare_sft_data, sft_epochs
-from .session import Session, Trainer, eval_metrics
+from .session import Session, Trainer, eval_metrics, holds_run_folder
 
 
 def no_data_error(source: str, stats: SFTDataStats, max_tokens: int) -> UserError:
@@ -72,6 +72,7 @@ class SFTTrainer(Trainer):
                                 self.config.train.max_tokens)
         return conversations, source
 
+    @holds_run_folder
     def fit(self) -> dict[str, Any]:
         """Train, then evaluate when `eval.episodes` > 0; returns {"run_dir", "model", "epoch_losses",
         "data": SFTDataStats as dict, "eval": the evaluation summary or None}."""
