@@ -259,8 +259,9 @@ def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(mo
         import threading
 
         # 64 prompts of 4,000 new tokens without a stop token: minutes of work on this model.
-        long = threading.Thread(target=lambda: httpx.post(f"{url}/v1/completions", timeout=120, json={
-            "prompt": [[5, 6, 7]] * 64, "max_tokens": 4000, "stop_token_ids": [399], "temperature": 1.0}),
+        answers = []
+        long = threading.Thread(target=lambda: answers.append(httpx.post(f"{url}/v1/completions", timeout=120, json={
+            "prompt": [[5, 6, 7]] * 64, "max_tokens": 4000, "stop_token_ids": [399], "temperature": 1.0})),
             daemon=True)
         long.start()
         time.sleep(2)
@@ -269,6 +270,10 @@ def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(mo
         server.terminate()
         server.wait(10)  # raises TimeoutExpired when it does not stop within 10 s
         assert time.monotonic() - asked < 10
+        long.join(5)
+        # The request in flight is told the server is going (503), not cut off with a 500.
+        assert answers and answers[0].status_code == 503 and "shutting down" in answers[0].text
+        assert b"CancelledError" not in server.stderr.read()
     finally:
         if server.poll() is None:
             server.kill()
@@ -314,6 +319,13 @@ def test_the_viewer_serves_nothing_through_a_link_out_of_the_runs_folder(tmp_pat
     assert answers[2].status_code == 404 and answers[4].status_code == 404 and answers[5].status_code == 404
     assert answers[3].json()["total"] == 1  # the run's own trajectory file is still served
     assert "links out of the run folder" in answers[1].json()["problems"][0]
+
+
+def test_the_viewer_answers_an_overlong_run_name_with_404(tmp_path):
+    client = TestClient(create_viewer(tmp_path, allowed_hosts=["testserver"]))
+    for name in ("x" * 300, "a/" + "y" * 4000):
+        for path in (f"/api/runs/{name}", f"/api/runs/{name}/trajectories"):
+            assert client.get(path).status_code == 404
 
 
 def test_the_viewer_refuses_a_foreign_host():

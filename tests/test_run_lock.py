@@ -106,3 +106,32 @@ def test_a_journal_is_unpickled_only_under_this_users_signature(tmp_path):
         assert journal.load({"tasks": [1]}) is None and journal.key_on_file() is None
     assert not marker.exists()
     assert not list(tmp_path.rglob("journal.key"))  # the key lives in the cache folder, not beside the journal
+
+
+def read_only_disk(monkeypatch, under: Path) -> None:
+    """Writing a file under `under` fails as on a read-only disk (root ignores chmod)."""
+    import builtins
+    import errno
+    import io
+
+    opened = io.open
+
+    def refuse(file, mode="r", *args, **kwargs):
+        if any(flag in mode for flag in "wax+") and str(file).startswith(str(under)):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return opened(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", refuse)
+    monkeypatch.setattr(builtins, "open", refuse)
+
+
+def test_report_and_eval_journal_on_a_read_only_disk_are_one_line(tmp_path, counter_env_registered, monkeypatch):
+    RLTrainer(toy_config(tmp_path, "train.steps=1"), log=lambda _: None).fit()
+    read_only_disk(monkeypatch, tmp_path)
+    reported = run("report", str(tmp_path / "toy"))
+    assert reported.returncode == 2 and "cannot write the report" in reported.stderr
+    journaled = run("eval", "--policy", "random", "--env", "babyai", "--episodes", "1",
+                    "--journal", str(tmp_path / "evals" / "j.journal"))
+    assert journaled.returncode == 2 and "cannot be written" in journaled.stderr
+    for result in (reported, journaled):
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr

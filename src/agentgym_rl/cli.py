@@ -118,7 +118,8 @@ OVERRIDES = typer.Argument(None, help="Other key.sub=value overrides of the env,
 
 def _output_files(**paths: Optional[Path]) -> None:
     """Refuse, before any work, an output file (`--json`, `--out`, ...) that cannot be written:
-    a folder, or one under a file; its folder is made. Else an evaluation would finish first."""
+    a folder, one under a file, or one whose folder cannot be written (a read-only disk); its
+    folder is made. Else an evaluation would finish first."""
     for flag, path in paths.items():
         if path is None:
             continue
@@ -129,6 +130,12 @@ def _output_files(**paths: Optional[Path]) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise UserError(f"{option} {str(path)!r}: its folder cannot be made ({error.strerror or error})") from None
+        probe = path.parent / f".write-check-{os.getpid()}"
+        try:
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as error:
+            raise UserError(f"{option} {str(path)!r}: its folder cannot be written ({error.strerror or error})") from None
 
 
 def _env_args(items: Optional[List[str]]) -> list[str]:
@@ -347,8 +354,15 @@ def _serve(server_app: Any, host: str, port: int, what: str = "API docs at /docs
     # On SIGTERM uvicorn waits this long for requests in flight, then cancels them and shuts
     # the app down (serve-model then stops its generations).
     config = uvicorn.Config(server_app, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
-    server = uvicorn.Server(config)
-    server.run(sockets=[listener])
+    on_exit_signal = getattr(getattr(server_app, "state", None), "on_exit_signal", None)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if on_exit_signal is not None:  # the app ends its long requests itself (serve-model: 503)
+                on_exit_signal()
+            super().handle_exit(sig, frame)
+
+    Server(config).run(sockets=[listener])
 
 
 @app.command("serve-env")

@@ -84,6 +84,7 @@ def run_lock(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr)
         UserError: another process holds the lock, or the folder cannot be written.
     """
     path = Path(run_dir) / LOCK
+    made = not path.parent.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -108,6 +109,8 @@ def run_lock(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr)
         finally:
             handle.seek(0)
             handle.truncate()  # the kernel lets the lock go when the file closes
+            if made and [child.name for child in path.parent.iterdir()] == [LOCK]:
+                shutil.rmtree(path.parent)  # a run that failed before writing anything leaves no folder
 
 
 def _holder(text: str) -> str:

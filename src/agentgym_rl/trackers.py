@@ -31,6 +31,23 @@ TRACKERS = ("tensorboard", "wandb", "mlflow")
 _EXTRA = "pip install 'agentgym-rl[loggers]'"
 
 
+_MODULES = {"wandb": "wandb", "mlflow": "mlflow"}
+"""The package each logger other than TensorBoard imports."""
+
+
+def check_installed(names: list[str] | tuple[str, ...]) -> None:
+    """A `UserError` for a logger in `names` that is unknown or whose package is missing, without
+    importing it: run before any work, so a run does not fail once its model is built."""
+    import importlib.util
+
+    unknown = sorted(set(names) - set(TRACKERS))
+    if unknown:
+        raise UserError(f"run.loggers: unknown logger(s) {', '.join(unknown)}; choose from {', '.join(TRACKERS)}")
+    for name in dict.fromkeys(names):
+        if name in _MODULES and importlib.util.find_spec(_MODULES[name]) is None:
+            raise UserError(f"run.loggers names {name}, which is not installed: {_EXTRA}")
+
+
 class Tracker(Protocol):
     def log(self, step: int, scalars: dict[str, float]) -> None: ...
 

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import UserError
 from . import snapshots
 from .base import EnvStateError, StepResult, TextEnv
 from .tasks import Task
@@ -85,6 +86,18 @@ def check_members(members: Any = None) -> int:
             raise ValueError(f"member {member.id!r}: {error}") from None
         limits.append(registry.spec(member.id).max_parallel)
     return min([limit for limit in limits if limit], default=0)
+
+
+def check_members_installed(members: Any = None) -> None:
+    """What each member needs installed (the mix's `EnvSpec.installed_entry_point`)."""
+    from . import registry
+
+    try:
+        parsed = parse_members(members)
+    except ValueError as error:
+        raise UserError(f"bad arguments for environment 'mix': {error}") from None
+    for member in parsed:
+        registry.check_installed(member.id, member.kwargs)
 
 
 def mix_tasks(split: str, members: Any = None) -> list[Task]:

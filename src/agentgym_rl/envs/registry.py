@@ -48,6 +48,9 @@ class EnvSpec:
             may return the most instances to keep alive at once (None: `max_parallel`).
         safe_kwargs: the constructor arguments a request may set (the viewer's playground),
             each with its bounds (`safe_kwargs.SafeArg`); every other one is refused there.
+        installed_entry_point: "module:function", function(**kwargs) -> None, raising a
+            UserError that says how to install what the environment needs beyond Python packages
+            the project installs (a browser, Java), checked before any work (`check_installed`).
     """
 
     env_id: str
@@ -63,6 +66,7 @@ class EnvSpec:
     state_keys: bool = False
     check_entry_point: str | None = None
     safe_kwargs: dict[str, SafeArg | SafeMembers] = field(default_factory=dict)
+    installed_entry_point: str | None = None
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -95,6 +99,14 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     env_spec = spec(env_id)
     env = load_entry_point(env_spec.entry_point)(**{**env_spec.kwargs, **kwargs})
     return TurnLimit(env, max_turns) if max_turns is not None else env
+
+
+def check_installed(env_id: str, kwargs: dict[str, Any] | None = None) -> None:
+    """A `UserError` saying what to install when `env_id` (a mix: any member) needs a program
+    that is missing (`EnvSpec.installed_entry_point`)."""
+    env_spec = spec(env_id)
+    if env_spec.installed_entry_point is not None:
+        load_entry_point(env_spec.installed_entry_point)(**(kwargs or {}))
 
 
 def env_factory(env_id: str, kwargs: dict[str, Any] | None = None, urls: list[str] = (),
@@ -315,6 +327,7 @@ register(
         max_turns=100,
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # one ~0.5 GB JVM each
+        installed_entry_point="agentgym_rl.envs.sciworld.simulator:check_java",
         safe_kwargs={"reward": SafeArg(str, choices=("score", "success", "raw")),
                      "simplification": SafeArg(str, separator=",", choices=(
                          "easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
@@ -343,6 +356,7 @@ register(
         max_turns=15,  # the longest embedded tasks take 6 actions; WebArena allows 30
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         max_parallel=8,  # a browser context (a renderer process) each
+        installed_entry_point="agentgym_rl.envs.web.browser:check_browser",
         # Not the browser, task file, site or judge URLs, nor a browser process of its own.
         safe_kwargs={"screenshot": SafeArg(bool), "timeout": SafeArg(float, 0.5, 60.0)},
     )
@@ -358,6 +372,7 @@ register(
         state_keys=True,  # those of its members that name their states
         requires="env.kwargs.members: the environments it mixes",
         check_entry_point="agentgym_rl.envs.mix:check_members",
+        installed_entry_point="agentgym_rl.envs.mix:check_members_installed",
         safe_kwargs={"members": SafeMembers()},
     )
 )

@@ -85,6 +85,10 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
         stopping.set()  # uvicorn gets here once a graceful shutdown's wait is over
 
     app = FastAPI(title="agentgym-rl model server", description=__doc__, lifespan=lifespan)
+    # Called by the CLI's server on SIGTERM or Ctrl-C, before its graceful wait: generations stop
+    # at their next decoding step and their requests get a 503 within that wait, not a
+    # cancellation (a 500) once it is over.
+    app.state.on_exit_signal = stopping.set
     app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
 
@@ -108,7 +112,11 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
             deadline = time.monotonic() + max_seconds
             generator = HFGenerator(model, tokenizer.pad_token_id, stops, temperature, reuse_cache=False,
                                     stop_when=lambda: stopping.is_set() or time.monotonic() > deadline)
-            return generator.generate(prompts, max_tokens)
+            generations = None if stopping.is_set() else generator.generate(prompts, max_tokens)
+        if stopping.is_set():  # cut short by the shutdown: not a reply the model finished
+            raise HTTPException(503, "the model server is shutting down; send the request again once it is back "
+                                     "(or to another server)")
+        return generations
 
     def usage(prompts: list[list[int]], generations: list[Generation]) -> dict[str, int]:
         prompt_tokens = sum(map(len, prompts))

@@ -23,7 +23,9 @@ from ..agent.loading import load_model_and_tokenizer, model_damage, resolve_devi
 from ..agent.models import NAMED_MODELS, is_model_reference
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
+from ..agent.vllm_generator import require_vllm
 from ..config import EvalConfig
+from .. import trackers
 from ..envs import registry
 from ..envs.tasks import Task
 from ..errors import UserError
@@ -48,6 +50,23 @@ def check_model_path(model_path: str | None) -> None:
         damage = model_damage(Path(model_path))
         if damage is not None:
             raise UserError(f"model path {model_path!r} does not load: {damage}")
+
+
+def check_installed(config: Any) -> None:
+    """A `UserError` naming what to install for each optional dependency `config` asks for (its
+    loggers, vLLM, Ray, the environment's browser or Java): before any work, and before the run
+    folder is written, rather than once the model is built."""
+    import importlib.util
+
+    trackers.check_installed(config.run.loggers)
+    if config.rollout.generator == "vllm":
+        require_vllm()
+    if (any(url.startswith(registry.RAY_SCHEME) for url in config.env.urls) or config.rollout.workers) \
+            and importlib.util.find_spec("ray") is None:
+        what = "env.urls names Ray" if config.env.urls else "rollout.workers run on Ray"
+        raise UserError(f"{what}, which is not installed: pip install 'agentgym-rl[ray]'")
+    if not config.env.urls:  # an env server has what its environment needs, not this machine
+        registry.check_installed(config.env.id, config.env.kwargs)
 
 
 def holds_run_folder(fit: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,6 +95,7 @@ class Trainer:
 
     def __init__(self, config: Any, log: Callable[[str], Any] = print):
         registry.spec(config.env.id)
+        check_installed(config)
         registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         if config.eval.episodes:
             registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)

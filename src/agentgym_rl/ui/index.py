@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from ..http_guards import excerpt
 from ..runs import CONFIG, METRICS
 
 SPLITS = ("trajectories", "validation")
@@ -63,10 +64,14 @@ def resolve_run(runs_dir: Path, name: str) -> Path:
     parts = tuple(name.split("/")) if name else ()
     if (not parts or len(parts) > MAX_DEPTH or "\\" in name or "\0" in name
             or any(part in ("", ".", "..") for part in parts)):
-        raise NotFound(f"no run named {name!r}")
+        raise NotFound(f"no run named {excerpt(name)!r}")
     path = runs_dir.joinpath(*parts)
-    if not _is_run(path, runs_dir, parts):
-        raise NotFound(f"no run named {name!r}")
+    try:
+        found = _is_run(path, runs_dir, parts)
+    except OSError:  # a name the file system refuses (too long, ...)
+        found = False
+    if not found:
+        raise NotFound(f"no run named {excerpt(name)!r}")
     return path
 
 

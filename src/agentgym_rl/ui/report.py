@@ -87,6 +87,14 @@ def write_report(run_dir: str | Path) -> Path:
     run = Path(run_dir)
     if not (run / CONFIG).is_file():
         raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
+    try:
+        return _write(run)
+    except OSError as error:
+        raise UserError(f"cannot write the report of {str(run_dir)!r}: {error.strerror or error} "
+                        f"({error.filename or run / 'report'}); make the run folder writable") from None
+
+
+def _write(run: Path) -> Path:
     plot = ""
     if read_metrics(run):
         plot = _png(plot_run(run), "training curves")

@@ -42,6 +42,18 @@ JAVA_OPTIONS = ("-Xmx512m", "-XX:+UseSerialGC", "-XX:+UnlockExperimentalVMOption
 EXIT_TIMEOUT = 5.0
 
 
+
+def check_java(**kwargs: object) -> None:
+    """A `UserError` when no `java` is on PATH: ScienceWorld's simulator runs in a JVM
+    (`EnvSpec.installed_entry_point`, checked before any work)."""
+    import shutil
+
+    from ...errors import UserError
+
+    if shutil.which("java") is None:
+        raise UserError("sciworld needs Java 17+ on PATH: install it (Debian: `apt-get install "
+                        "default-jre-headless`; `make test` does)")
+
 class SimulatorDied(RuntimeError):
     """The JVM died or its connection broke (a py4j network error)."""
 

@@ -42,6 +42,21 @@ def find_chromium(path: str | None = None) -> str:
                      "or set AGENTGYM_CHROMIUM to its path")
 
 
+def check_browser(chromium: str | None = None, **kwargs: object) -> None:
+    """A `UserError` when Playwright or a Chromium to drive is missing (the web environment's
+    `EnvSpec.installed_entry_point`, checked before any work)."""
+    import importlib.util
+
+    from ...errors import UserError
+
+    if importlib.util.find_spec("playwright") is None:
+        raise UserError("the web environment needs Playwright: pip install 'agentgym-rl[web]'")
+    try:
+        find_chromium(chromium)
+    except ValueError as error:
+        raise UserError(f"the web environment: {error}") from None
+
+
 class BrowserRuntime:
     """A Chromium process and the event loop thread that drives it."""
 
