@@ -9,6 +9,7 @@ nesting, unknown ids in the path) — the inputs that made these servers answer 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -249,7 +250,11 @@ def test_the_model_server_refuses_what_it_cannot_sample(loaded):
 
 
 @pytest.mark.slow
-def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(model_dir):
+def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(tmp_path):
+    # A context long enough for the request below (the module's tiny model holds 256 tokens, so
+    # it would refuse it with a 422 at once, and nothing would be in flight).
+    model_dir = build_tiny(CORPUS * 3, tmp_path / "model", dataclasses.replace(
+        TINY, max_positions=8192, hidden_size=128, intermediate_size=256, num_layers=2))
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "agentgym_rl.cli", "serve-model", str(model_dir), "--port",
                                str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -261,7 +266,7 @@ def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(mo
         # 64 prompts of 4,000 new tokens without a stop token: minutes of work on this model.
         answers = []
         long = threading.Thread(target=lambda: answers.append(httpx.post(f"{url}/v1/completions", timeout=120, json={
-            "prompt": [[5, 6, 7]] * 64, "max_tokens": 4000, "stop_token_ids": [399], "temperature": 1.0})),
+            "prompt": [[5, 6, 7]] * 64, "max_tokens": 4000, "stop_token_ids": [300], "temperature": 1.0})),
             daemon=True)
         long.start()
         time.sleep(2)
@@ -272,7 +277,7 @@ def test_serve_model_stops_within_seconds_of_sigterm_during_a_long_generation(mo
         assert time.monotonic() - asked < 10
         long.join(5)
         # The request in flight is told the server is going (503), not cut off with a 500.
-        assert answers and answers[0].status_code == 503 and "shutting down" in answers[0].text
+        assert answers and answers[0].status_code == 503 and "shutting down" in answers[0].text, answers[0].text
         assert b"CancelledError" not in server.stderr.read()
     finally:
         if server.poll() is None:

@@ -5,16 +5,20 @@ arguments or addresses are one-line errors."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
-from test_cli import run
+from test_cli import CLI, run
+from test_env_e2e import TINY_RUN
+from test_run_safety import REPO
 
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
 from agentgym_rl.envs.base import EnvStateError
 from agentgym_rl.envs.checker import check_env
-from agentgym_rl.envs.ray_env import RayEnvError, parse_address
+from agentgym_rl.envs.ray_env import RayEnvError, parse_address, split_actor_budget
 from agentgym_rl.errors import UserError
 from agentgym_rl.eval.policies import RandomPolicy
 from agentgym_rl.rollout.engine import RolloutEngine
@@ -97,3 +101,82 @@ def test_eval_on_ray_through_the_cli(tmp_path, ray_instance):
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(out.read_text())
     assert summary["episodes"] == 4 and summary["success"] == 1.0 and summary["errors"] == 0
+
+
+@pytest.mark.parametrize("budget, train_need, val_need, expected", [
+    (8, 128, 90, (4, 4)),  # validation up to half the actors
+    (8, 128, 3, (5, 3)),   # no more than it plays at once; training takes the rest
+    (8, 4, 0, (4, 0)),     # no validation: training alone, no more than it needs
+    (3, 8, 2, (2, 1)),
+])
+def test_training_and_validation_share_the_clusters_actors(budget, train_need, val_need, expected):
+    assert split_actor_budget(budget, train_need, val_need) == expected
+    assert sum(expected) <= budget
+
+
+def test_one_actor_cannot_serve_training_and_validation():
+    with pytest.raises(ValueError, match="1 actor"):
+        split_actor_budget(1, 8, 2)
+
+
+def test_an_actor_past_the_clusters_room_is_refused_at_once(ray_instance):
+    make = registry.env_factory("babyai", {}, ["ray:local?cpus=1"], timeout=60)  # 2 CPUs: room for 2
+    assert make.actor_budget == 2
+    envs = [make(), make()]
+    try:
+        began = time.monotonic()
+        with pytest.raises(RayEnvError, match="places 2 .* all are in use"):
+            make()
+        assert time.monotonic() - began < 1
+        envs.pop().close()
+        envs.append(make())  # a closed actor's room is taken again
+    finally:
+        for env in envs:
+            env.close()
+
+
+def ray_processes() -> set[int]:
+    """PIDs of this machine's Ray processes (raylet, GCS, agents, workers)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and any(name in command for name in (b"raylet", b"gcs_server", b"dashboard",
+                                                                        b"runtime_env", b"ray::", b"default_worker")):
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_with_validation_on_ray_actors_trains_and_stops_clean(tmp_path):
+    """At the default settings (0.25 CPU an actor: 8 on 2 CPUs), training's 8 episodes a step and
+    validation's actors, kept for reuse, once asked for more actors than the cluster places: step
+    1 never ended. A run stopped by SIGTERM leaves no Ray process behind."""
+    before = ray_processes()
+    command = [*CLI, "train", str(REPO / "configs" / "babyai_grpo.yaml"), *TINY_RUN, f"run.output_dir={tmp_path}",
+               "run.name=run", "env.id=babyai", "env.urls=[ray:local]", "rollout.max_envs=0", "algo.tasks_per_step=4",
+               "algo.group_size=2", "train.steps=100", "train.validate_every=1"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in process.stdout:
+            lines.append(line)
+            if line.startswith("step 1: validation success"):
+                break
+        assert lines and lines[-1].startswith("step 1: validation success"), "".join(lines[-30:])
+        process.terminate()
+        assert process.wait(60) == 143
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "val/success" in row][:2] == [0, 1]
+    assert all(row["train/errors"] == 0 for row in rows if "train/errors" in row)
+    deadline = time.monotonic() + 15
+    while ray_processes() - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes() - before

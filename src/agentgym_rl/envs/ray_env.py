@@ -10,13 +10,16 @@ Addresses (an `env.urls` entry):
 - `ray://HOST:10001`: a cluster through the Ray client.
 
 `?cpus=0.25` sets the CPU share each actor reserves (0.25 by default: a whole CPU per actor
-would leave a 2-core machine room for two environments and starve Ray's own tasks). The
-rollout keeps at most as many environments alive as the cluster's CPUs hold actors.
+would leave a 2-core machine room for two environments and starve Ray's own tasks). A factory
+keeps at most as many actors alive as the cluster's CPUs hold (`actor_budget`), over every
+engine it serves together (a run's training and validation split it: `split_actor_budget`); one
+more is refused at once rather than left waiting for room that never comes.
 """
 
 from __future__ import annotations
 
 import importlib
+import signal
 import threading
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
@@ -29,6 +32,48 @@ _INIT_LOCK = threading.Lock()
 
 class RayEnvError(RuntimeError):
     """An actor did not answer in time or died: the episode ends as a recorded failure."""
+
+
+CLOSE_TIMEOUT = 5.0
+"""Seconds `RayEnv.close` waits for its environment to close before killing the actor."""
+
+
+class _ActorBudget:
+    """How many actors a factory may have alive at once; `take` refuses one more at once."""
+
+    def __init__(self, capacity: int, what: str):
+        self.capacity, self.what, self.alive = capacity, what, 0
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            if self.alive >= self.capacity:
+                raise RayEnvError(f"the Ray cluster places {self.capacity} {self.what} actors and all are in use; "
+                                  "fewer environments at once (rollout.max_envs) or a smaller ?cpus= share")
+            self.alive += 1
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.alive -= 1
+
+
+def split_actor_budget(budget: int, train_need: int, val_need: int) -> tuple[int, int]:
+    """(training's, validation's) most environments alive at once when both share `budget`
+    actors: validation gets what it needs up to half (at least 1), training the rest, so the two
+    together never ask the cluster for more than it places, even when they play at once
+    (`train.asynchronous`). `train_need` is what training would use (tasks × group size).
+
+    Example: budget 8, validation of 90 items -> (4, 4); of 3 items -> (5, 3).
+
+    Raises:
+        ValueError: a budget of one actor cannot serve both.
+    """
+    if not val_need:
+        return min(budget, train_need) or budget, 0
+    if budget < 2:
+        raise ValueError(f"the Ray cluster places {budget} actor, and training and validation need one each")
+    val = min(val_need, max(1, budget // 2))
+    return budget - val, val
 
 
 class _EnvHost:
@@ -82,7 +127,13 @@ def connect(address: str | None) -> None:
 
     with _INIT_LOCK:
         if not ray.is_initialized():
+            main = threading.current_thread() is threading.main_thread()
+            on_sigterm = signal.getsignal(signal.SIGTERM) if main else None
             ray.init(address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+            if main and callable(on_sigterm):
+                # Ray's core replaces the handler with one that dumps a stack and kills the process;
+                # the command's own ends it through its cleanup (env servers, then Ray's shutdown).
+                signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str, timeout: float,
@@ -95,17 +146,24 @@ def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str,
     address, cpus = parse_address(url)
     connect(address)
     host = ray.remote(num_cpus=cpus)(_EnvHost)
+    capacity = max(1, int(ray.cluster_resources().get("CPU", 1) / cpus))
+    budget = _ActorBudget(min(capacity, spec_limit) if spec_limit else capacity, f"{env_id} ({cpus:g} CPU)")
 
     def factory() -> TextEnv:
-        return RayEnv(host.remote(entry_point, kwargs), env_id, timeout, instruction)
+        budget.take()
+        try:
+            return RayEnv(host.remote(entry_point, kwargs), env_id, timeout, instruction, on_close=budget.give_back)
+        except BaseException:
+            budget.give_back()
+            raise
 
     probe = factory()
     try:  # an actor whose environment could not be built dies at once: say why, before any work
         probe.wait_ready()
     finally:
         probe.close()
-    capacity = max(1, int(ray.cluster_resources().get("CPU", 1) / cpus))
-    factory.max_parallel = min(capacity, spec_limit) if spec_limit else capacity  # type: ignore[attr-defined]
+    factory.max_parallel = budget.capacity  # type: ignore[attr-defined]
+    factory.actor_budget = budget.capacity  # type: ignore[attr-defined]  (shared by every engine it serves)
     return factory
 
 
@@ -114,11 +172,13 @@ class RayEnv(TextEnv):
     seconds. Errors the environment raises come back as themselves (an `EnvStateError` stays
     one); a dead or silent actor is a `RayEnvError`."""
 
-    def __init__(self, actor: Any, env_id: str, timeout: float, instruction: str = ""):
+    def __init__(self, actor: Any, env_id: str, timeout: float, instruction: str = "",
+                 on_close: Callable[[], None] | None = None):
         self._actor = actor
         self.env_id = env_id
         self.instruction = instruction
         self.timeout = timeout
+        self._on_close = on_close
         self._closed = False
 
     def _call(self, method: str, *args: Any) -> Any:
@@ -173,9 +233,11 @@ class RayEnv(TextEnv):
             return
         import ray
 
+        self._closed = True
         try:
-            ray.get(self._actor.call.remote("close"), timeout=self.timeout)
-        except Exception:  # a dead actor has nothing left to close
+            ray.get(self._actor.call.remote("close"), timeout=min(self.timeout, CLOSE_TIMEOUT))
+        except Exception:  # a dead (or never placed) actor has nothing left to close
             pass
         ray.kill(self._actor)
-        self._closed = True
+        if self._on_close is not None:
+            self._on_close()

@@ -236,6 +236,15 @@ def _agentgym_server(env_id: str, url: str, timeout: float) -> tuple[Any, Callab
     return server, lambda: AgentGymEnv(env_id, server, instruction, max_turns, train_items)
 
 
+def with_max_parallel(make_env: Callable[[], TextEnv], limit: int) -> Callable[[], TextEnv]:
+    """`make_env` whose rollouts keep at most `limit` environments alive (`max_parallel`)."""
+    def factory() -> TextEnv:
+        return make_env()
+
+    factory.max_parallel = limit  # type: ignore[attr-defined]
+    return factory
+
+
 def with_invalid_action_penalty(make_env: Callable[[], TextEnv], penalty: float) -> Callable[[], TextEnv]:
     """`make_env` (an `env_factory`) whose environments are wrapped in `InvalidActionPenalty`;
     `make_env` itself when the penalty is 0."""

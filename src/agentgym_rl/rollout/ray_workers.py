@@ -24,6 +24,7 @@ from ..config import RolloutConfig
 from ..envs import registry
 from ..envs.ray_env import actor_failure, connect, parse_address
 from ..envs.tasks import Task
+from ..errors import UserError
 from .engine import RolloutEngine
 from .backends import model_policy
 from .trajectory import Trajectory
@@ -84,6 +85,11 @@ class RayRollouts:
 
         ray_address, cpus = parse_address(address, default_cpus=WORKER_CPUS)
         connect(ray_address)
+        total = ray.cluster_resources().get("CPU", 0)
+        if count * cpus > total:  # Ray would leave the rest pending, and the run waiting, forever
+            raise UserError(f"rollout.workers={count} of {cpus:g} CPU each need {count * cpus:g} CPUs; the Ray "
+                            f"cluster has {total:g}: fewer workers, or a smaller share ({address.split('?')[0]}"
+                            "?cpus=...)")
         actor = ray.remote(num_cpus=cpus)(_RolloutWorker)
         threads = max(1, math.floor(cpus))
         self.workers = [actor.remote(model.config, tokenizer, env, rollout, temperature, threads)

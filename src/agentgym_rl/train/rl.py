@@ -63,6 +63,29 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def split_actors(make_env: Any, config: RLConfig) -> tuple[Any, Any]:
+    """(training's, validation's) environment factories. Ray actors (`env.urls: [ray:...]`) are
+    a budget the cluster's CPUs set (`actor_budget`): each engine keeps the environments it made
+    for reuse, so the two get shares that together fit it (`ray_env.split_actor_budget`); any
+    other factory serves both as it is."""
+    budget = getattr(make_env, "actor_budget", 0)
+    if not budget:
+        return make_env, make_env
+    from ..envs.ray_env import split_actor_budget
+
+    train_need, val_need = config.algo.tasks_per_step * config.algo.group_size, config.eval.episodes * config.eval.samples
+    try:
+        train_cap, val_cap = split_actor_budget(budget, train_need, val_need)
+    except ValueError as error:
+        raise UserError(f"env.urls {config.env.urls}: {error}; give each actor a smaller CPU share (?cpus=)") from None
+    asked = config.rollout.max_envs  # it overrides the shares: each engine keeps up to this many
+    if asked and min(asked, train_need) + min(asked, val_need) > budget:
+        raise UserError(f"rollout.max_envs={asked} for training and for validation together asks for more Ray "
+                        f"actors than the cluster places ({budget}); use at most {train_cap}, or leave it at 0")
+    return (registry.with_max_parallel(make_env, train_cap),
+            registry.with_max_parallel(make_env, val_cap) if val_cap else make_env)
+
+
 def validation_journal(run_dir: Path, step: int) -> Path:
     """Where the validation after step `step` keeps its journal (`rollout.journal_every`)."""
     return run_dir / "inflight" / f"validation_{step:06d}.journal"
@@ -255,13 +278,14 @@ class RLTrainer(Trainer):
         else:
             make_env = registry.env_factory(config.env.id, config.env.kwargs, config.env.urls,
                                             config.env.server_timeout)
+        make_env, make_val_env = split_actors(make_env, config)
         # The penalties and the right-token loss need to know where rejected replies went wrong (and
         # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
-        self.val_engine = RolloutEngine(make_env, config.rollout)
+        self.val_engine = RolloutEngine(make_val_env, config.rollout)
         self.workers = None  # Ray rollout workers (`rollout.workers`), started with the model
         if config.rollout.workers:
             from ..envs.ray_env import parse_address
