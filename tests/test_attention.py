@@ -63,6 +63,25 @@ def test_stacked_heads_equal_sdpa_over_copied_heads(queries):
             torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
 
 
+def test_an_sdpa_output_in_another_memory_layout_gives_the_same_attention(monkeypatch):
+    """SDPA's CUDA kernels may return their (B, K, G * Q, D) output in another layout (on an
+    H200 `.view` of it failed); the CPU's is contiguous, so a kernel that returns it transposed in
+    memory stands in for them here."""
+    torch.manual_seed(0)
+    query, key, value = torch.randn(2, 9, 1, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    expected = grouped_decode_attention(query, key, value, mask)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def other_layout(*args, **kwargs):
+        output = sdpa(*args, **kwargs)
+        return output.transpose(1, 2).contiguous().transpose(1, 2)  # same values, heads innermost in memory
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", other_layout)
+    assert not other_layout(query.reshape(2, 3, 3, 8), key, value).is_contiguous()
+    torch.testing.assert_close(grouped_decode_attention(query, key, value, mask), expected)
+
+
 def test_bfloat16_is_as_close_to_exact_as_sdpa_over_copied_heads():
     """A bfloat16 model: against attention in float64, the stacked call errs no more than SDPA
     over copied heads (its scores and softmax stay in float32 inside the kernel; rounding the

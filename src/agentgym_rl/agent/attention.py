@@ -90,7 +90,8 @@ def grouped_decode_attention(query: Any, key: Any, value: Any, attention_mask: A
     mask = attention_mask[..., :length].unsqueeze(2).expand(-1, -1, group, -1, -1)
     mask = mask.reshape(mask.shape[0], 1, group * queries, length)
     output = torch.nn.functional.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, scale=scaling)
-    return output.view(batch, heads, queries, dim).transpose(1, 2).contiguous()
+    # reshape, not view: a CUDA kernel may hand back another memory layout (seen on an H200).
+    return output.reshape(batch, heads, queries, dim).transpose(1, 2).contiguous()
 
 
 def tree_attention(query: Any, key: Any, value: Any, trees: Any, scaling: float | None = None,
