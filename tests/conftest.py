@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-import torch
+# run.device defaults to "auto": the tests hide any GPU (before torch looks), so that they, and the
+# commands they start, give the same numbers on a machine with one.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
-from agentgym_rl.agent.generator import Generation
-from agentgym_rl.agent.tiny import train_tokenizer
-from agentgym_rl.envs.base import EnvStateError, TextEnv
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from agentgym_rl.agent.generator import Generation  # noqa: E402
+from agentgym_rl.agent.tiny import train_tokenizer  # noqa: E402
+from agentgym_rl.envs.base import EnvStateError, TextEnv  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs one pytest-xdist worker per core: torch on two threads in each made a

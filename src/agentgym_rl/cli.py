@@ -443,7 +443,7 @@ def serve_model(
     token: Optional[str] = typer.Option(None, help="Require `Authorization: Bearer TOKEN` on every call but "
                                         "/health."),
     dtype: str = typer.Option("float32", help="float32 or bfloat16."),
-    device: str = typer.Option("cpu", help="cpu, cuda, or auto (CUDA when torch sees a GPU)."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when torch sees a GPU)."),
     allow_host: Optional[List[str]] = ALLOW_HOST,
 ) -> None:
     """Serve a model with OpenAI's API: /v1/completions (token ids in and out, for exact

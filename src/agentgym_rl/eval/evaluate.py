@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from ..envs import registry
 from ..errors import UserError
-from ..config import PlayConfig, RolloutConfig
+from ..config import DEFAULT_DEVICE, PlayConfig, RolloutConfig
 from ..envs.tasks import choose_items
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
@@ -42,7 +42,7 @@ def check_policy(policy: str, rollout: RolloutConfig | None = None, look_inside:
         raise UserError(f"model path {policy!r} has no config.json (not a Hugging Face model folder)")
 
 
-def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, device: str = "cpu",
+def make_policy(env_id: str, policy: str | Any, temperature: float, seed: int, device: str = DEFAULT_DEVICE,
                 dtype: str = "float32", rollout: RolloutConfig | None = None, listed_actions_only: bool = False) -> Any:
     """"expert", "random", "api:MODEL" (a chat API at `rollout.generator_url`), a named model or
     a model folder path (`rollout.backends.folder_policy`: loaded in `dtype` on `device`,
@@ -84,7 +84,7 @@ def _check_listable(make_env: Any, task: Any, seed: int, needed_for: str) -> Non
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
-             env_kwargs: dict | None = None, desc: str | None = None, device: str = "cpu",
+             env_kwargs: dict | None = None, desc: str | None = None, device: str = DEFAULT_DEVICE,
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
              listed_actions_only: bool = False, items: str = "first", journal: Journal | None = None,
              log: Callable[[str], Any] = print) -> tuple[dict, list[Trajectory]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent.chat import ChatEncoder
-from ..config import RolloutConfig
+from ..config import DEFAULT_DEVICE, RolloutConfig
 from ..errors import UserError
 from .policy import ModelPolicy
 
@@ -51,7 +51,7 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: Rollou
     return ModelPolicy(generator, encoder, listed_actions_only)
 
 
-def load_model(folder: str | Path, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
+def load_model(folder: str | Path, dtype: str = "float32", device: str = DEFAULT_DEVICE) -> tuple[Any, Any]:
     """(model, tokenizer) of a model folder, the model in `dtype` on `device` (`run.device`'s
     values), ready for `model_policy`."""
     from ..agent.loading import load_model_and_tokenizer, resolve_device
@@ -61,7 +61,7 @@ def load_model(folder: str | Path, dtype: str = "float32", device: str = "cpu") 
 
 
 def folder_policy(folder: str | Path, temperature: float, rollout: RolloutConfig | None = None,
-                  dtype: str = "float32", device: str = "cpu", seed: int = 0,
+                  dtype: str = "float32", device: str = DEFAULT_DEVICE, seed: int = 0,
                   listed_actions_only: bool = False) -> ModelPolicy:
     """The model of a folder as a rollout policy, sampled where `rollout` says: the served
     model at `rollout.generator_url` (encoded with the folder's tokenizer), vLLM, or the folder's

@@ -19,8 +19,8 @@ import torch
 from ..progress import progress_bar
 
 from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
-from ..agent.loading import load_model_and_tokenizer, model_damage, resolve_device
-from ..agent.models import NAMED_MODELS, is_model_reference
+from ..agent.loading import describe_device, load_model_and_tokenizer, model_damage, resolve_device
+from ..agent.models import NAMED_MODELS, is_model_reference, looks_like_hub_id, model_folder
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
 from ..agent.vllm_generator import require_vllm
@@ -41,7 +41,9 @@ from .learner import Learner
 
 def check_model_path(model_path: str | None) -> None:
     """Fail early (before collecting data) on a `model.path` that is not a model folder, a named
-    model or a `.gguf` file."""
+    model, a `.gguf` file or a Hub id in the local Hugging Face cache."""
+    if model_path is not None and looks_like_hub_id(model_path):
+        model_folder(model_path)  # says how to get it into the cache when it is not there
     if model_path is not None and not is_model_reference(model_path) and not Path(model_path, "config.json").is_file():
         raise UserError(f"model path {model_path!r} is not a directory with a config.json; set model.path to a "
                         f"Hugging Face model folder (e.g. a run's checkpoints/.../model), a named model "
@@ -172,6 +174,7 @@ class Session:
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
         start_run(run_dir, config, hint=already_running)
+        log(describe_device(device, config.run.dtype))
         torch.manual_seed(config.run.seed)
         model, tokenizer, warmed_up = _first_model(config, run_dir, device, corpus, log)
         if config.model.lora_rank:
@@ -196,6 +199,8 @@ class Session:
         set_mmap_threshold(training_threshold_kb(config))
         device = resolve_device(config.run.device)
         run_dir = config.run.dir
+        if writes:
+            log(describe_device(device, config.run.dtype))
         if config.model.lora_rank:
             base, tokenizer = load_model_and_tokenizer(run_dir / "lora_base", config.run.dtype)
             model = load_lora(base.to(device), checkpoint / "adapter")
