@@ -4,7 +4,7 @@
 #      reaches no registry and has torch, transformers and peft already;
 #   2. torch sees a GPU (the first CUDA call: without one the script stops here, exit 3);
 #   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation);
-#   4. eval of its checkpoint on the GPU;
+#   4. eval of its checkpoint on the GPU, and the README's one-GPU recipe with --smoke on it;
 #   5. torchrun with one process: an NCCL process group, the learner sharded by FSDP2 over it;
 #   6. serve-model on the GPU, and a greedy eval through it beside the in-process one.
 # Writes under OUT (default runs/gpu-check); every step prints its command and wall time.
@@ -50,6 +50,11 @@ SHORT=(model.tiny.num_kv_heads=2 model.corpus_episodes=40 warmup.episodes=40 war
        train.save_every=1 eval.episodes=4)
 step "${CLI[@]}" train configs/babyai_grpo.yaml "${GPU[@]}" "${SHORT[@]}" run.output_dir="$OUT" run.name=grpo
 step "${CLI[@]}" eval --run "$OUT/grpo" --episodes 8 --max-turns 6 --temperature 0 "${GPU[@]}" --json "$OUT/eval.json"
+# The README's "your model on one GPU" command, the step's checkpoint standing in for the user's
+# model: run.device is auto there, so its first line must name the GPU.
+step "${CLI[@]}" train configs/gpu/one_gpu_babyai_grpo.yaml --smoke model.path="$OUT/grpo/checkpoints/step_000001/model" \
+    run.output_dir="$OUT" | tee "$OUT/one_gpu.log"
+grep -q "^device $DEVICE" "$OUT/one_gpu.log" || { echo "the one-GPU recipe did not take $DEVICE" >&2; exit 4; }
 step "$PYTHON" -m torch.distributed.run --nproc_per_node 1 --master_port 29517 -m agentgym_rl.cli train \
     configs/babyai_grpo.yaml "${GPU[@]}" "${SHORT[@]}" run.parallel=fsdp run.output_dir="$OUT" run.name=fsdp
 
