@@ -70,3 +70,54 @@ class Models:
     def models(self) -> list[str]:
         return ["served-model"]
 
+
+
+def test_the_config_names_every_backend_the_table_has():
+    from typing import get_args
+
+    from agentgym_rl.config.sections import RolloutConfig as Section
+    from agentgym_rl.rollout.backends import BACKENDS
+
+    assert set(get_args(Section.__pydantic_fields__["generator"].annotation)) == set(BACKENDS) - {"served"}
+
+
+def test_what_a_run_refuses_follows_the_backends_row(tmp_path, monkeypatch, counter_env_registered):
+    """Each check reads the table: a row that says no makes the trainer, evaluation and the
+    config's checks refuse the setting, naming the backend, before any work."""
+    import dataclasses
+
+    from test_run_safety import toy_config
+
+    import agentgym_rl.rollout.backends as backends
+    from agentgym_rl.train.rl import RLTrainer, not_alongside
+
+    original = backends.BACKENDS["hf"]
+
+    def row(**changes):  # the "hf" row with these changes alone
+        monkeypatch.setitem(backends.BACKENDS, "hf", dataclasses.replace(original, **changes))
+
+    row(asynchronous=False)
+    assert not_alongside(toy_config(tmp_path, "train.asynchronous=true"), 1) == \
+        "train.asynchronous does not run with rollout.generator: hf yet: drop one of the two"
+    row(trains=False)
+    with pytest.raises(UserError, match="transformers in this process samples with weights the learner cannot"):
+        RLTrainer(toy_config(tmp_path), log=lambda _: None)
+    row(lora=False)
+    with pytest.raises(UserError, match="rollout.generator: hf does not take LoRA adapters"):
+        RLTrainer(toy_config(tmp_path, "model.lora_rank=4"), log=lambda _: None)
+    row(ray_workers=False)
+    with pytest.raises(UserError, match="rollout.workers do not run transformers in this process"):
+        RLTrainer(toy_config(tmp_path, "rollout.workers=1"), log=lambda _: None)
+
+    def missing() -> None:
+        raise UserError("hf needs a package: pip install it")
+
+    row(requires=missing)
+    with pytest.raises(UserError, match="hf needs a package"):
+        RLTrainer(toy_config(tmp_path), log=lambda _: None)
+    with pytest.raises(UserError, match="hf needs a package"):
+        folder_policy(tmp_path, 1.0, RolloutConfig())
+    row(in_process=False)
+    with pytest.raises(UserError, match="--listed-actions-only needs the model generating in this process"):
+        folder_policy(tmp_path, 1.0, RolloutConfig(), listed_actions_only=True)
+    assert not samples_in_process(RolloutConfig())

@@ -108,7 +108,7 @@ def test_a_captured_log_gets_each_line_as_it_is_written():
     (["eval", "--env", "web", "--policy", "expert", "--env-arg", "timeout=0"], "bad arguments for environment 'web': timeout"),
     (["train", "missing.yaml"], "config file 'missing.yaml' does not exist"),
     (["train", "configs/babyai_grpo.yaml", "rollout.generator_url=http://127.0.0.1:1/v1"],
-     "rollout.generator_url samples from a served model"),
+     "(rollout.generator_url) samples with weights the learner cannot update"),
     (["serve-model", "/no/such/model"], "model path '/no/such/model' is not a directory"),
     (["train", "configs/babyai_grpo.yaml", "algo.name=ppo2"], "unknown algorithm 'ppo2'"),
     (["train", "configs/babyai_grpo.yaml", "algo.bogus=1"], "unknown config key 'algo.bogus'"),

@@ -1,18 +1,20 @@
 """The one place where a model becomes a rollout policy, for every command (train, eval,
 bench-agent, Ray workers, the viewer's playground).
 
-Which generator samples follows `RolloutConfig`: a model served over OpenAI's API
-(`rollout.generator_url`), vLLM's offline engine (`rollout.generator: vllm`), or the Hugging
+Which generator samples follows `RolloutConfig` (`backend_of`): a model served over OpenAI's
+API (`rollout.generator_url`), vLLM's offline engine (`rollout.generator: vllm`), or the Hugging
 Face model in this process (`HFGenerator`, with `rollout.reuse_kv_cache` and `rollout.threads`).
-A model folder is loaded in `run.dtype` on the device `run.device` names, resolved by
-`agent.loading.resolve_device` as everywhere else.
+What each supports is one row of `BACKENDS`, which the trainers, evaluation and the config's
+checks read. A model folder is loaded in `run.dtype` on the device `run.device` names, resolved
+by `agent.loading.resolve_device` as everywhere else.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..agent.chat import ChatEncoder
 from ..config import DEFAULT_DEVICE, RolloutConfig
@@ -20,10 +22,61 @@ from ..errors import UserError
 from .policy import ModelPolicy
 
 
+def _require_vllm() -> None:
+    from ..agent.vllm_generator import require_vllm
+
+    require_vllm()
+
+
+@dataclass(frozen=True)
+class GeneratorBackend:
+    """One way a model policy's replies are sampled, and what it supports.
+
+    Attributes:
+        name: `rollout.generator`'s value ("served": `rollout.generator_url` is set).
+        about: what samples, in a few words (said when a setting clashes with it).
+        in_process: the model generates in this process from weights loaded here: only then
+            can a loaded model be shared between policies, or replies be restricted to the
+            listed actions (`--listed-actions-only`).
+        trains: it follows the learner's weights, synced after every update (training may use it).
+        lora: it samples from a model wrapped in a LoRA adapter.
+        asynchronous: it plays beside the update (`train.asynchronous`).
+        ray_workers: Ray rollout workers (`rollout.workers`) run it, one copy each.
+        devices: the `run.device` values it samples on.
+        requires: raises a `UserError` naming what to install when that is missing; None: nothing.
+    """
+
+    name: str
+    about: str
+    in_process: bool
+    trains: bool
+    lora: bool
+    asynchronous: bool
+    ray_workers: bool
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    requires: Callable[[], None] | None = None
+
+
+BACKENDS = {backend.name: backend for backend in (
+    GeneratorBackend("hf", "transformers in this process", in_process=True, trains=True, lora=True,
+                     asynchronous=True, ray_workers=True),
+    GeneratorBackend("vllm", "vLLM's offline engine", in_process=False, trains=True, lora=False, asynchronous=False,
+                     ray_workers=False, requires=_require_vllm),
+    GeneratorBackend("served", "a model served over OpenAI's API (rollout.generator_url)", in_process=False,
+                     trains=False, lora=False, asynchronous=False, ray_workers=False),
+)}
+"""Every generator backend by name; `rollout.generator` names one of them but "served"."""
+
+
+def backend_of(rollout: RolloutConfig) -> GeneratorBackend:
+    """The backend `rollout` samples with: "served" when it names a `generator_url`, else its
+    `generator`."""
+    return BACKENDS["served" if rollout.generator_url else rollout.generator]
+
+
 def samples_in_process(rollout: RolloutConfig) -> bool:
-    """Whether `rollout` has the Hugging Face model generate in this process (not vLLM, not a
-    server): only then can a loaded model be shared, or replies be restricted to listed actions."""
-    return not rollout.generator_url and rollout.generator == "hf"
+    """Whether `rollout`'s backend generates in this process (`GeneratorBackend.in_process`)."""
+    return backend_of(rollout).in_process
 
 
 def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: RolloutConfig | None = None,
@@ -67,16 +120,18 @@ def folder_policy(folder: str | Path, temperature: float, rollout: RolloutConfig
     model at `rollout.generator_url` (encoded with the folder's tokenizer), vLLM, or the folder's
     model loaded here (`load_model`)."""
     rollout = rollout or RolloutConfig()
-    if listed_actions_only and not samples_in_process(rollout):
-        raise UserError("--listed-actions-only needs the model generating in this process (rollout.generator: hf, "
-                        "no rollout.generator_url)")
-    if rollout.generator_url:
+    backend = backend_of(rollout)
+    if listed_actions_only and not backend.in_process:
+        raise UserError(f"--listed-actions-only needs the model generating in this process (rollout.generator: hf), "
+                        f"not {backend.about}")
+    if backend.requires is not None:
+        backend.requires()
+    if backend.name == "served":
         return _served_policy(folder, rollout, temperature)
-    if rollout.generator == "vllm":
+    if backend.name == "vllm":
         from ..agent.loading import load_tokenizer
-        from ..agent.vllm_generator import VLLMEngine, require_vllm
+        from ..agent.vllm_generator import VLLMEngine
 
-        require_vllm()
         engine = VLLMEngine(folder, dtype, max_model_len=rollout.max_context, seed=seed)
         return model_policy(None, load_tokenizer(folder), temperature, rollout, vllm_engine=engine)
     return model_policy(*load_model(folder, dtype, device), temperature, rollout, listed_actions_only)

@@ -25,6 +25,7 @@ from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
 from ..eval.metrics import change_sentence, item_success, summarize
+from ..rollout.backends import backend_of
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
@@ -189,10 +190,11 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
     """Why `train.asynchronous` or `rollout.journal_every` cannot run with the rest of the run
     (`world` processes under torchrun); None when nothing clashes."""
     workers, torchrun = "Ray rollout workers (rollout.workers)", "torchrun"
+    backend = backend_of(config.rollout)
     for feature, on, clashes in (
             ("train.asynchronous", config.train.asynchronous,
              {torchrun: world > 1, workers: config.rollout.workers > 0,
-              "rollout.generator: vllm": config.rollout.generator == "vllm"}),
+              f"rollout.generator: {backend.name}": not backend.asynchronous}),
             ("rollout.journal_every", config.rollout.journal_every > 0,
              {"train.asynchronous": config.train.asynchronous, torchrun: world > 1,
               workers: config.rollout.workers > 0})):
@@ -290,8 +292,9 @@ class RLTrainer(Trainer):
         if config.rollout.workers:
             from ..envs.ray_env import parse_address
 
-            if config.rollout.generator != "hf":
-                raise UserError("rollout.workers generate with transformers in each worker: use rollout.generator: hf")
+            if not backend_of(config.rollout).ray_workers:
+                raise UserError(f"rollout.workers do not run {backend_of(config.rollout).about}: use "
+                                "rollout.generator: hf")
             try:
                 parse_address(config.rollout.workers_address)
             except ValueError as error:

@@ -23,7 +23,6 @@ from ..agent.loading import describe_device, load_model_and_tokenizer, model_dam
 from ..agent.models import NAMED_MODELS, is_model_reference, looks_like_hub_id, model_folder
 from ..agent.lora import apply_lora, load_lora
 from ..agent.tiny import build_tiny
-from ..agent.vllm_generator import require_vllm
 from ..config import EvalConfig
 from .. import trackers
 from ..envs import registry
@@ -31,7 +30,7 @@ from ..envs.tasks import Task
 from ..errors import UserError
 from ..eval.evaluate import evaluate
 from ..rollout.engine import RolloutEngine
-from ..rollout.backends import model_policy
+from ..rollout.backends import backend_of, model_policy
 from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
 from ..runs import MetricsLogger, NoMetrics, checkpoint_step, run_lock, start_run
@@ -61,8 +60,9 @@ def check_installed(config: Any) -> None:
     import importlib.util
 
     trackers.check_installed(config.run.loggers)
-    if config.rollout.generator == "vllm":
-        require_vllm()
+    backend = backend_of(config.rollout)
+    if backend.requires is not None:
+        backend.requires()
     if (any(url.startswith(registry.RAY_SCHEME) for url in config.env.urls) or config.rollout.workers) \
             and importlib.util.find_spec("ray") is None:
         what = "env.urls names Ray" if config.env.urls else "rollout.workers run on Ray"
@@ -105,9 +105,13 @@ class Trainer:
         warmup = getattr(config, "warmup", None)
         if warmup is not None and warmup.augment:
             registry.augmenter(config.env.id)  # the environment makes renamed copies of its episodes
-        if config.rollout.generator_url:
-            raise UserError("rollout.generator_url samples from a served model, which cannot follow the "
-                            "learner's updates: use it with eval or collect, not for training")
+        backend = backend_of(config.rollout)
+        if not backend.trains:
+            raise UserError(f"{backend.about} samples with weights the learner cannot update: use it with eval or "
+                            "collect, not for training")
+        if config.model.lora_rank and not backend.lora:
+            raise UserError(f"rollout.generator: {backend.name} does not take LoRA adapters yet: use hf, or no LoRA "
+                            "(model.lora_rank: 0)")
         self.config, self.log, self.run_dir = config, log, config.run.dir
 
 
@@ -219,15 +223,13 @@ class Session:
         `rollout.generator`; the trainer syncs the generator's weights after every update.
         `listed_actions_only`: for evaluation (see `ModelPolicy`). `model`: the module to sample
         from (default: the learner's `rollout_model`)."""
-        engine = self._vllm() if self.config.rollout.generator == "vllm" else None
+        engine = self._vllm() if backend_of(self.config.rollout).name == "vllm" else None
         return model_policy(self.learner.rollout_model if model is None else model, self.tokenizer, temperature,
                             self.config.rollout, listed_actions_only, vllm_engine=engine)
 
     def _vllm(self) -> Any:
         """The session's vLLM engine, started on the model's current weights."""
         if self.vllm_engine is None:
-            if self.config.model.lora_rank:
-                raise UserError("rollout.generator: vllm does not take LoRA adapters yet; use hf, or no LoRA")
             from ..agent.vllm_generator import VLLMEngine
 
             folder = self.run_dir / "vllm_model"  # vLLM starts from a model folder
