@@ -41,6 +41,37 @@ class PlayedStep:
     """Seconds the learner waited for this step once it wanted it (set by `RolloutsAhead.take`)."""
 
 
+class RolloutsNow:
+    """Each step played when the learner takes it, with the weights of the update before: the
+    synchronous run, behind the interface of `RolloutsAhead` so that the trainer has one loop.
+
+    Args:
+        play: plays one step: step -> (trajectories, metrics).
+    """
+
+    stalenesses: tuple[int, ...] = ()
+    """None: every step's data is the newest weights'."""
+
+    def __init__(self, play: Callable[[int], tuple[list[Trajectory], dict[str, float]]]):
+        self._play = play
+
+    def take(self, step: int) -> PlayedStep:
+        began = time.time()
+        trajectories, metrics = self._play(step)
+        for trajectory in trajectories:
+            trajectory.policy_version = step
+        return PlayedStep(step, trajectories, metrics, step, time.time() - began)
+
+    def extra_metrics(self, played: PlayedStep) -> dict[str, float]:
+        return {}
+
+    def step_done(self, version: int) -> None:
+        """Nothing to hand over: the trainer syncs the generator after each update."""
+
+    def close(self) -> None:
+        pass
+
+
 class RolloutsAhead:
     """Plays steps `first`, `first` + 1, ... `last` - 1 in a background thread, step s as soon
     as version s - `max_staleness` of the weights has been published, and hands them to the
@@ -53,13 +84,18 @@ class RolloutsAhead:
         max_staleness: k, how many versions older than its step a step's data may be.
         threads: torch's CPU thread count in the thread (a new thread does not inherit the
             caller's setting).
+        snapshot: the learner's weights, copied, for `step_done` to publish.
+    Attributes:
+        stalenesses: how many versions old each step taken so far was.
     """
 
     def __init__(self, play: Callable[[int], tuple[list[Trajectory], dict[str, float]]],
-                 load: Callable[[Any], None], first: int, last: int, max_staleness: int, threads: int):
+                 load: Callable[[Any], None], first: int, last: int, max_staleness: int, threads: int,
+                 snapshot: Callable[[], Any] | None = None):
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-        self._play, self._load = play, load
+        self._play, self._load, self._snapshot = play, load, snapshot
+        self.stalenesses: list[int] = []
         self._first, self._last, self.max_staleness, self._threads = first, last, max_staleness, threads
         self._cond = threading.Condition()
         self._version, self._weights = first, None  # the newest published, and its weights if not yet loaded
@@ -88,7 +124,17 @@ class RolloutsAhead:
                 raise self._error
             played = self._ready.pop(step)
         played.waited_s = time.perf_counter() - began
+        self.stalenesses.append(step - played.version)
         return played
+
+    def extra_metrics(self, played: PlayedStep) -> dict[str, float]:
+        """What a step played ahead adds to its metrics: how stale it was, and the learner's wait."""
+        return {"async/staleness": played.step - played.version, "time/wait_s": played.waited_s}
+
+    def step_done(self, version: int) -> None:
+        """The learner finished the update that makes `version`: publish a copy of its weights
+        (`snapshot`), last in the step, so that with max_staleness 0 nothing overlaps it."""
+        self.publish(version, self._snapshot())
 
     def close(self) -> None:
         """Stop after the step being played (if any) and wait for the thread."""

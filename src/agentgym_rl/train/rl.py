@@ -14,7 +14,7 @@ import random
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ from ..rollout.journal import Journal
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run, prune_checkpoints, validated_steps
 from . import distributed
-from .asynchronous import RolloutsAhead, staleness_histogram
+from .asynchronous import PlayedStep, RolloutsAhead, RolloutsNow, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
 from .session import Session, Trainer, holds_run_folder
@@ -224,6 +224,17 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
         if trajectory.error is None:
             rewards.setdefault(trajectory.group, []).append(trajectory.reward)
     return {group for group, values in rewards.items() if max(values) - min(values) > 1e-9}
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What `RLTrainer.fit` keeps from step to step."""
+
+    last_step: int
+    """The last step that ran (before `train.steps` when the time limit stopped the run)."""
+    validations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    idle: dict[int, str] = dataclasses.field(default_factory=dict)
+    """Step -> why it updated nothing."""
 
 
 class RLTrainer(Trainer):
@@ -438,151 +449,186 @@ class RLTrainer(Trainer):
     # ------------------------------------------------------------------------- main loop
     @holds_run_folder
     def fit(self, resume: bool = False) -> list[dict[str, Any]]:
-        """Run until `train.steps`; returns the validation summaries logged."""
-        from ..progress import progress_bar
+        """Run until `train.steps`; returns the validation summaries logged.
 
+        A step: take its episodes (played now, or ahead in a thread with `train.asynchronous`:
+        one interface, `asynchronous.RolloutsNow` / `RolloutsAhead`), update on them, let the
+        generators sample the new weights, log the step, save and validate when due, stop at the
+        time limit, and hand the weights to the rollouts."""
         cfg = self.config
         fit_began = _clock()  # train.time_limit_min counts from here, model loading included
         start = self._setup(resume)
-        last_step = start  # the last step that ran (earlier than train.steps if the time limit stopped it)
-        validations = []
-        idle: dict[int, str] = {}  # step -> why it updated nothing
-        ahead, stale = None, []  # with train.asynchronous: the rollouts played ahead; each step's staleness
-        outer_log = self.log
+        run = _Progress(last_step=start)
+        outer_log, rollouts = self.log, None
         try:
-            main = self.rank == 0  # with torchrun, rank 0 validates, logs and saves
-            first_validation = start == 0 and cfg.train.validate_every and cfg.eval.episodes
-            if main and first_validation:
-                validations.append(self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0))
-            elif main and validation_missing(self.run_dir, cfg, start):
-                # A step saves before it validates: the run stopped during this validation, or the
-                # resumed config makes a step due that the first one did not.
-                began = validation_journal(self.run_dir, start).is_file()
-                self.log(f"step {start}: " + ("its validation did not finish before the run stopped; going on "
-                                              "from its journal" if began
-                                              else "its metrics hold no validation of it; validating now"))
-                validations.append(self.validate(start))
-            if main and cfg.train.baseline and not first_validation:
-                why = ("the run resumes after step 0" if start
-                       else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
-                self.log(f"note: train.baseline is not used: {why}")
-            bar = progress_bar(range(start, cfg.train.steps), desc="RL", unit="step", initial=start,
-                               total=cfg.train.steps, disable=not main)
-            if not bar.disable:  # lines go above the bar (cleared and redrawn), not into it
-                def above_bar(line: str) -> None:
-                    with type(bar).external_write_mode():
-                        outer_log(line)
-
-                self.log = above_bar
-            if cfg.train.asynchronous:
-                ahead = RolloutsAhead(lambda s: self._play_step(s, self.schedule.horizon(s)),
-                                      self._load_generator, start, cfg.train.steps, cfg.rollout.max_staleness,
-                                      torch.get_num_threads())
+            run.validations += self._first_validations(start)
+            bar = self._progress_bar(start, outer_log)
+            rollouts = self._rollouts(start)
             for step in bar:
                 step_began = _clock()  # the time limit's clock: a test replaces it
-                horizon = self.schedule.horizon(step)
-                if ahead is None:
-                    began = time.time()
-                    trajectories, sampling_metrics = self._play_step(step, horizon)
-                    for trajectory in trajectories:
-                        trajectory.policy_version = step
-                    rollout_s, timing = time.time() - began, {}
-                else:
-                    played = ahead.take(step)
-                    trajectories, sampling_metrics, rollout_s = played.trajectories, played.metrics, played.rollout_s
-                    stale.append(step - played.version)
-                    sampling_metrics = {**sampling_metrics, "async/staleness": step - played.version}
-                    timing = {"time/wait_s": played.waited_s}
-                rolled = time.time()
-                update_metrics = {**sampling_metrics, **self.update(trajectories, step)}
-                if ahead is None:
-                    weights = self.learner.gather_weights()
-                    for policy in (self.policy, self.val_policy, self.workers):  # the generators sample the new weights
-                        if policy is not None:
-                            policy.sync_weights(weights)
-                else:  # the generator loads them between its steps; validation samples the learner's own
-                    self.val_policy.sync_weights(self.learner.model)
-                last_step = step + 1
-                out_of_time = last_step < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began,
-                                                                                last_step)
-                save = cfg.train.save_every > 0 and (
-                    last_step % cfg.train.save_every == 0 or last_step == cfg.train.steps or out_of_time)
-                if not main:
-                    if save and self.learner.sharded:  # the ranks gather the weights rank 0 writes
-                        self.save(last_step)
-                    if out_of_time:
-                        break
-                    continue
-                stats = summarize(trajectories)
-                generated = sum(sum(t.loss_mask) for t in trajectories)
-                step_metrics = {
-                    "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
-                    "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
-                    "train/idle_turn_rate": stats["idle_turn_rate"],
-                    "train/errors": stats["errors"], **update_metrics,
-                    "time/rollout_tokens_per_s": generated / max(rollout_s, 1e-9),
-                    "time/rollout_s": rollout_s, "time/update_s": time.time() - rolled, **timing,
-                    "time/step_s": _clock() - step_began,
-                    **(per_env_metrics("train", stats) if self.mixed else {}),
-                }
-                self.metrics.log(last_step, step_metrics)
-                self.log(step_line(last_step, cfg.train.steps, step_metrics))
-                bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
-                reason = no_update_reason(update_metrics)
-                if reason is not None:
-                    idle[last_step] = reason
-                    self.log(f"step {last_step}: no update: {reason}")
-                if cfg.train.save_trajectories:
-                    save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{last_step:06d}.jsonl")
-                if save:  # before the validation, which may take longer than the step (SmolLM2 on a CPU: 40 min+)
-                    self.save(last_step)
-                    if cfg.train.keep_checkpoints:
-                        for folder in prune_checkpoints(self.run_dir, cfg.train.keep_checkpoints):
-                            self.log(f"deleted checkpoint {folder.name} (train.keep_checkpoints="
-                                     f"{cfg.train.keep_checkpoints})")
-                if cfg.train.validate_every and cfg.eval.episodes and (
-                        last_step % cfg.train.validate_every == 0 or out_of_time):
-                    validations.append(self.validate(last_step))
+                played = rollouts.take(step)
+                updated = time.time()
+                update_metrics = {**played.metrics, **rollouts.extra_metrics(played),
+                                  **self.update(played.trajectories, step)}
+                self._sync_generators()
+                run.last_step = done = step + 1
+                out_of_time = done < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began, done)
+                save = cfg.train.save_every > 0 and (done % cfg.train.save_every == 0 or done == cfg.train.steps
+                                                     or out_of_time)
+                if self.rank == 0:
+                    self._record_step(done, played, update_metrics, updated, step_began, run, bar)
+                self._save_and_validate(done, save, out_of_time, run)
                 if out_of_time:
-                    then = ("`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if save
-                            else "it wrote no checkpoint to go on from (train.save_every=0)")
-                    limit = f"train.time_limit_min={cfg.train.time_limit_min:g}"
-                    why = (f"{limit} reached" if cfg.train.time_limit_mode == "after"
-                           else f"another step would end past {limit} (time_limit_mode: within)")
-                    self.log(f"stopped after step {last_step} of {cfg.train.steps}: {why} "
-                             f"({(_clock() - fit_began) / 60:.1f} min); {then}")
+                    self._say_stopped(done, save, fit_began)
                     break
-                if ahead is not None:  # last, so that with max_staleness 0 nothing overlaps the step
-                    ahead.publish(last_step, self.learner.trainable_state())
+                rollouts.step_done(done)
         except OSError as error:
             if error.errno not in DISK_ERRORS:
                 raise
             raise disk_stop(self.run_dir, error, "go on with `agentgym-rl train CONFIG --resume` (the same run.name)") \
                 from None
-        finally:  # the environments kept for reuse (JVMs, server instances) go with the run
+        finally:
             self.log = outer_log
-            if ahead is not None:  # before its environments close
-                ahead.close()
-            self.engine.close()
-            self.val_engine.close()
-            if self.servers is not None:
-                self.servers.close()
-            if self.workers is not None:
-                self.workers.close()
-            self.metrics.close()
-        ran = last_step - start
-        if idle:
-            self.log(f"{len(idle)} of {ran} steps updated nothing (steps {', '.join(map(str, idle))}): see the "
-                     "'no update' lines above")
+            self._close(rollouts)
+        self._say_how_it_went(run, start, rollouts.stalenesses if rollouts is not None else ())
+        return run.validations
+
+    def _first_validations(self, start: int) -> list[dict[str, Any]]:
+        """The validation a run starts with (step 0's, or `train.baseline`'s instead), or the one a
+        resumed run owes (the run stopped during it, or the resumed config makes it due)."""
+        cfg = self.config
+        if self.rank > 0:  # rank 0 validates
+            return []
+        first = start == 0 and cfg.train.validate_every and cfg.eval.episodes
+        if cfg.train.baseline and not first:
+            why = ("the run resumes after step 0" if start
+                   else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
+            self.log(f"note: train.baseline is not used: {why}")
+        if first:
+            return [self.take_baseline(cfg.train.baseline) if cfg.train.baseline else self.validate(0)]
+        if not validation_missing(self.run_dir, cfg, start):
+            return []
+        began = validation_journal(self.run_dir, start).is_file()
+        self.log(f"step {start}: " + ("its validation did not finish before the run stopped; going on from its "
+                                      "journal" if began else "its metrics hold no validation of it; validating now"))
+        return [self.validate(start)]
+
+    def _progress_bar(self, start: int, outer_log: Callable[[str], Any]) -> Any:
+        """The run's progress bar (rank 0's); the trainer's lines then go above it."""
+        from ..progress import progress_bar
+
+        bar = progress_bar(range(start, self.config.train.steps), desc="RL", unit="step", initial=start,
+                           total=self.config.train.steps, disable=self.rank > 0)
+        if not bar.disable:  # lines go above the bar (cleared and redrawn), not into it
+            def above_bar(line: str) -> None:
+                with type(bar).external_write_mode():
+                    outer_log(line)
+
+            self.log = above_bar
+        return bar
+
+    def _rollouts(self, start: int) -> RolloutsNow | RolloutsAhead:
+        """Where each step's episodes come from: played when taken, or ahead of the learner."""
+        play = lambda step: self._play_step(step, self.schedule.horizon(step))  # noqa: E731
+        if not self.config.train.asynchronous:
+            return RolloutsNow(play)
+        return RolloutsAhead(play, self._load_generator, start, self.config.train.steps,
+                             self.config.rollout.max_staleness, torch.get_num_threads(),
+                             snapshot=self.learner.trainable_state)
+
+    def _sync_generators(self) -> None:
+        """After an update, the generators sample the new weights. Played ahead, the rollouts'
+        own copy loads them between its steps (`RolloutsAhead.step_done` publishes them); the
+        validation samples the learner's model."""
+        if self.config.train.asynchronous:
+            self.val_policy.sync_weights(self.learner.model)
+            return
+        weights = self.learner.gather_weights()
+        for policy in (self.policy, self.val_policy, self.workers):
+            if policy is not None:
+                policy.sync_weights(weights)
+
+    def _record_step(self, step: int, played: PlayedStep, update_metrics: dict[str, float], updated: float,
+                     step_began: float, run: _Progress, bar: Any) -> None:
+        """Log step `step` (1-based): its metrics line, console line and progress, why it
+        updated nothing if it did not, and its trajectories."""
+        trajectories = played.trajectories
+        stats = summarize(trajectories)
+        generated = sum(sum(t.loss_mask) for t in trajectories)
+        horizon = self.schedule.horizon(step - 1)
+        step_metrics = {
+            "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
+            "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
+            "train/idle_turn_rate": stats["idle_turn_rate"], "train/errors": stats["errors"], **update_metrics,
+            "time/rollout_tokens_per_s": generated / max(played.rollout_s, 1e-9),
+            "time/rollout_s": played.rollout_s, "time/update_s": time.time() - updated,
+            "time/step_s": _clock() - step_began,
+            **(per_env_metrics("train", stats) if self.mixed else {}),
+        }
+        self.metrics.log(step, step_metrics)
+        self.log(step_line(step, self.config.train.steps, step_metrics))
+        bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
+        reason = no_update_reason(update_metrics)
+        if reason is not None:
+            run.idle[step] = reason
+            self.log(f"step {step}: no update: {reason}")
+        if self.config.train.save_trajectories:
+            save_trajectories(trajectories, self.run_dir / "trajectories" / f"step_{step:06d}.jsonl")
+
+    def _save_and_validate(self, step: int, save: bool, out_of_time: bool, run: _Progress) -> None:
+        """Save after step `step` when `save`, then validate when due: the save first, since a
+        validation may take longer than the step (SmolLM2 on a CPU: 40 min+). Other ranks only
+        help a sharded learner gather what rank 0 writes."""
+        train = self.config.train
+        if self.rank > 0:
+            if save and self.learner.sharded:
+                self.save(step)
+            return
+        if save:
+            self.save(step)
+            if train.keep_checkpoints:
+                for folder in prune_checkpoints(self.run_dir, train.keep_checkpoints):
+                    self.log(f"deleted checkpoint {folder.name} (train.keep_checkpoints={train.keep_checkpoints})")
+        if train.validate_every and self.config.eval.episodes and (step % train.validate_every == 0 or out_of_time):
+            run.validations.append(self.validate(step))
+
+    def _say_stopped(self, step: int, saved: bool, fit_began: float) -> None:
+        train = self.config.train
+        then = ("`agentgym-rl train CONFIG --resume` (the same run.name) goes on from it" if saved
+                else "it wrote no checkpoint to go on from (train.save_every=0)")
+        limit = f"train.time_limit_min={train.time_limit_min:g}"
+        why = (f"{limit} reached" if train.time_limit_mode == "after"
+               else f"another step would end past {limit} (time_limit_mode: within)")
+        self.log(f"stopped after step {step} of {train.steps}: {why} ({(_clock() - fit_began) / 60:.1f} min); {then}")
+
+    def _close(self, rollouts: RolloutsNow | RolloutsAhead | None) -> None:
+        """What the run holds goes with it: the rollouts ahead (before their environments), the
+        environments kept for reuse (JVMs, server instances), servers, workers, the metrics."""
+        if rollouts is not None:
+            rollouts.close()
+        self.engine.close()
+        self.val_engine.close()
+        if self.servers is not None:
+            self.servers.close()
+        if self.workers is not None:
+            self.workers.close()
+        self.metrics.close()
+
+    def _say_how_it_went(self, run: _Progress, start: int, stalenesses: Sequence[int]) -> None:
+        """The run's closing lines: steps that updated nothing, how stale the data was, and the
+        validation's change from first to last."""
+        ran = run.last_step - start
+        if run.idle:
+            self.log(f"{len(run.idle)} of {ran} steps updated nothing (steps {', '.join(map(str, run.idle))}): see "
+                     "the 'no update' lines above")
         elif ran:  # a resume that only played a missing validation trained no step
             self.log("the step updated the policy" if ran == 1 else f"all {ran} steps updated the policy")
-        if stale:
-            counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(stale).items())
+        if stalenesses:
+            counts = ", ".join(f"{k} updates old: {n}" for k, n in staleness_histogram(list(stalenesses)).items())
             self.log(f"steps trained on data {counts}")
-        change = self._validation_change(validations)
+        change = self._validation_change(run.validations)
         if change is not None:
             self.log(change)
-        return validations
 
     def _validation_change(self, validations: list[dict[str, Any]]) -> str | None:
         """The run's first validation against its last, item by item, in a line; the first comes
