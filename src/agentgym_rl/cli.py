@@ -669,6 +669,18 @@ def collect(
                f"records to {out}" + (f" ({', '.join(dropped)})" if dropped else ""))
 
 
+def _imitate(kind: str, config: Path, overrides: Optional[List[str]], overwrite: bool, smoke: bool) -> tuple[Any, Any]:
+    """(the trainer, what its `fit` returned) of `sft`, `dpo` or `rft` on `config`."""
+    from .config.describe import load_for_command
+    from .train.dpo import DPOTrainer
+    from .train.rft import RFTTrainer
+    from .train.sft import SFTTrainer
+
+    trainer_class = {"sft": SFTTrainer, "dpo": DPOTrainer, "rft": RFTTrainer}[kind]
+    trainer = trainer_class(load_for_command(kind, config, _command_overrides(overrides, overwrite, smoke, kind, config)))
+    return trainer, trainer.fit()
+
+
 @app.command()
 def sft(
     config: Path = CONFIG,
@@ -677,11 +689,7 @@ def sft(
     smoke: bool = SMOKE,
 ) -> None:
     """Supervised fine-tuning on multi-turn conversations (loss on assistant turns only)."""
-    from .config.describe import load_for_command
-    from .train.sft import SFTTrainer
-
-    overrides = _command_overrides(overrides, overwrite, smoke, "sft", config)
-    result = SFTTrainer(load_for_command("sft", config, overrides)).fit()
+    _, result = _imitate("sft", config, overrides, overwrite, smoke)
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -693,11 +701,7 @@ def dpo(
     smoke: bool = SMOKE,
 ) -> None:
     """Direct Preference Optimization on pairs of trajectories of the same item."""
-    from .config.describe import load_for_command
-    from .train.dpo import DPOTrainer
-
-    overrides = _command_overrides(overrides, overwrite, smoke, "dpo", config)
-    result = DPOTrainer(load_for_command("dpo", config, overrides)).fit()
+    _, result = _imitate("dpo", config, overrides, overwrite, smoke)
     if result["before"] is not None:
         typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
@@ -711,12 +715,7 @@ def rft(
     smoke: bool = SMOKE,
 ) -> None:
     """Rejection-sampling fine-tuning: rounds of sample, keep successes, fine-tune, evaluate."""
-    from .config.describe import load_for_command
-    from .train.rft import RFTTrainer
-
-    overrides = _command_overrides(overrides, overwrite, smoke, "rft", config)
-    trainer = RFTTrainer(load_for_command("rft", config, overrides))
-    records = trainer.fit()
+    trainer, records = _imitate("rft", config, overrides, overwrite, smoke)
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:
         sampled = f"{100 * r['sample/success']:.1f}%" if "sample/success" in r else "-"
