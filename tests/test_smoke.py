@@ -111,3 +111,11 @@ def test_a_smoke_run_of_the_quickstart_updates_the_policy_and_gives_the_pinned_n
         for key, value in want.items():
             assert key in got, (want["step"], key)
             assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (want["step"], key)
+
+
+def test_the_sciworld_preset_gives_rejected_actions_a_signal():
+    """SciWorld's smoke run once updated nothing: every action of the warmed-up tiny model was
+    rejected and every group tied (`make smoke` checks the update itself)."""
+    preset = smoke_overrides("train", {"env": {"id": "sciworld"}})
+    assert "algo.invalid_turn_penalty=0.5" in preset
+    assert "algo.invalid_turn_penalty=0.5" not in smoke_overrides("train", {"env": {"id": "babyai"}})

@@ -34,7 +34,11 @@ _RL_PRETRAINED = ["train.steps=1", "schedule.horizons=[2]", "algo.tasks_per_step
                   "algo.minibatch_size=2", "eval.max_turns=2", "algo.invalid_turn_penalty=0.5"]
 # Environments slower to play than BabyAI, kept near a minute: SciWorld's expert plays ~40 turns
 # an episode (BabyAI's ~5); the web environment plays ~1.5 episodes a second in Chromium.
-_SLOW_ENVS = {"sciworld": ["warmup.episodes=12", "model.corpus_episodes=12"],
+# SciWorld's warmed-up tiny model writes three rejected actions an episode, every one of them
+# (reward -0.3, all groups tie): the penalty on the token where each went wrong gives the update
+# a signal, as for a pretrained model (`make smoke`, 2026-12-04: both steps updated with it, none
+# without).
+_SLOW_ENVS = {"sciworld": ["warmup.episodes=12", "model.corpus_episodes=12", "algo.invalid_turn_penalty=0.5"],
               "web": ["warmup.episodes=24", "model.corpus_episodes=24", "algo.tasks_per_step=2"]}
 # RFT learns only from successful samples, so its tiny model is warmed up on twice the
 # demonstrations (a few GoTo items are then solved in a turn or two); DPO pairs samples that
