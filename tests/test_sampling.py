@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agentgym_rl.agent.generator import HFGenerator
-from agentgym_rl.agent.sampling import StreamSampler, episode_stream, gumbel_noise, position_seed
+from agentgym_rl.agent.sampling import StreamSampler, episode_stream, gumbel_noise, position_seed, position_seeds
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 
 
@@ -110,3 +110,12 @@ def test_greedy_replies_record_the_chosen_tokens_logprobs_without_keeping_the_sc
         chosen = logprobs.gather(-1, torch.tensor(reply.ids)[:, None]).squeeze(-1)
         assert reply.ids == logits.argmax(-1).tolist()
         assert reply.logprobs == pytest.approx(chosen.tolist(), abs=1e-4)
+
+
+def test_seeds_made_on_the_device_equal_the_python_ones():
+    streams = [0, 1, 12345, 2**63 - 1, episode_stream(0, "babyai_3", 1), 2**62 + 7]
+    positions = [0, 1, 7, 2**31, 65_535, 10**12]
+    pairs = [(s, p) for s in streams for p in positions]
+    seeds = position_seeds(torch.tensor([s for s, _ in pairs]), torch.tensor([p for _, p in pairs]))
+    assert seeds.dtype == torch.int64 and seeds.tolist() == [position_seed(s, p) for s, p in pairs]
+    assert torch.equal(gumbel_noise(seeds, 50), gumbel_noise([position_seed(s, p) for s, p in pairs], 50))

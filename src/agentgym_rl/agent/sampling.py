@@ -51,8 +51,23 @@ def _shift_right(x: Any, bits: int, out: Any) -> Any:
     return out.bitwise_and_((1 << (64 - bits)) - 1)
 
 
-def gumbel_noise(seeds: list[int], size: int, device: Any = None) -> Any:
+def position_seeds(streams: Any, positions: Any) -> Any:
+    """`position_seed` of each row, computed where the tensors are: (B,) int64 streams and (B,)
+    int64 positions -> (B,) int64 seeds, equal to the Python function's. On a GPU no row's seed
+    is made on the host, and the call has fixed shapes (what a CUDA graph captures)."""
+    import torch
+
+    z = streams + (positions + 1) * _GOLDEN  # int64 arithmetic wraps modulo 2**64
+    scratch = torch.empty_like(z)
+    z = (z ^ _shift_right(z, 30, scratch)) * _MIX1
+    z = (z ^ _shift_right(z, 27, scratch)) * _MIX2
+    z = z ^ _shift_right(z, 31, scratch)
+    return _shift_right(z, 1, scratch).clone()
+
+
+def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None) -> Any:
     """(len(seeds), size) float64 standard Gumbel noise; row i is a function of seeds[i] alone.
+    `seeds`: Python ints, or a (B,) int64 tensor (`position_seeds`; its device is used).
 
     A counter-based generator: entry (i, v) is SplitMix64's output for state seeds[i] + (v + 1) *
     golden gamma (Steele, Lea & Flood 2014), its top 53 bits a uniform u in (0, 1), and the noise
@@ -63,12 +78,16 @@ def gumbel_noise(seeds: list[int], size: int, device: Any = None) -> Any:
     """
     import torch
 
+    if isinstance(seeds, torch.Tensor):
+        device = seeds.device
+    else:
+        seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
     counters = torch.arange(1, size + 1, dtype=torch.int64, device=device).mul_(_GOLDEN)
     noise = torch.empty(len(seeds), size, dtype=torch.float64, device=device)
     # On the CPU, a few rows at a time keep the int64 scratch in cache (128 rows: ~0.1 s, not ~0.7).
     chunk = len(seeds) if noise.device.type != "cpu" else 4
     for start in range(0, len(seeds), chunk):
-        rows = torch.tensor(seeds[start:start + chunk], dtype=torch.int64, device=device).unsqueeze(1)
+        rows = seeds[start:start + chunk].unsqueeze(1)
         x = counters.unsqueeze(0) + rows
         scratch = torch.empty_like(x)
         x.bitwise_xor_(_shift_right(x, 30, scratch)).mul_(_MIX1)
@@ -100,15 +119,18 @@ class StreamSampler:
         self.streams, self.positions, self.temperature = list(streams), list(positions), temperature
         self.logprobs: list[Any] = []
         """One (B,) tensor per generated position: the log-probability of the token sampled there."""
+        self._rows: tuple[Any, Any] | None = None  # (streams, positions) as int64 tensors, on the scores' device
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
+        if self._rows is None:  # once: then each step's seeds are made on the scores' device
+            self._rows = tuple(torch.tensor(values, dtype=torch.int64, device=scores.device)
+                               for values in (self.streams, self.positions))
+        streams, positions = self._rows
         step = len(self.logprobs)
         tempered = scores.float() / self.temperature
-        noise = gumbel_noise([position_seed(stream, position + step)
-                              for stream, position in zip(self.streams, self.positions)],
-                             scores.shape[-1], scores.device)
+        noise = gumbel_noise(position_seeds(streams, positions + step), scores.shape[-1])
         noised = tempered.double() + noise
         chosen = noised.argmax(-1, keepdim=True)
         self.logprobs.append(tempered.log_softmax(-1).gather(-1, chosen).squeeze(-1))
