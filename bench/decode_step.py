@@ -10,7 +10,8 @@ so no model file has to travel: a step's time does not depend on the weights, an
 rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
-                                [--reps 3] [--attention grouped sdpa] [--profile]
+                                [--reps 3] [--attention grouped sdpa] [--generator hf slots]
+                                [--dtype float32] [--profile]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -25,7 +26,9 @@ their first `--shared` ids (system prompt and worked example). Columns, in ms, m
 `--attention` names the attention each row of the table runs: `grouped`, the generator's own
 (`agent/attention.py`; on a GPU a decoding step by `grouped_decode_attention`), and `sdpa`,
 transformers' own, which copies the grouped key/value heads under a mask (what a GPU ran before
-2026-11-29): both in one run give their ratio.
+2026-11-29): both in one run give their ratio. `--generator` names the generators compared: `hf`
+(`HFGenerator`) and `slots` (`SlotGenerator`, each row in a slot of its own; the forward column
+is the same model step either way).
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -50,11 +53,12 @@ SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, nu
 PAD, STOP = 2, 2
 
 
-def build_model(device: torch.device) -> torch.nn.Module:
+def build_model(device: torch.device, dtype: str = "float32") -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="sdpa")).to(device).eval()
+    model = LlamaForCausalLM(LlamaConfig(**SMOLLM2, attn_implementation="sdpa"))
+    return model.to(device=device, dtype=getattr(torch, dtype)).eval()
 
 
 def prompts_for(rows: int, context: int, group: int, shared: int, seed: int) -> list[list[int]]:
@@ -119,16 +123,23 @@ def attend_with(model, attention: str) -> None:
         model.set_attn_implementation("sdpa")
 
 
-def generator_for(model, temperature: float, attention: str = "grouped"):
+def generator_for(model, temperature: float, attention: str = "grouped", kind: str = "hf", rows: int = 0,
+                  max_len: int = 0):
     from agentgym_rl.agent.generator import HFGenerator
+    from agentgym_rl.agent.slot_generator import SlotGenerator
 
-    generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
+    if kind == "slots":
+        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=rows, max_len=max_len)
+    else:
+        generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
     attend_with(model, attention)  # after the generator, which sets the grouped attention
     return generator
 
 
-def measure(model, rows: int, context: int, attention: str, args, device: torch.device) -> dict[str, float]:
+def measure(model, rows: int, context: int, attention: str, kind: str, args, device: torch.device
+            ) -> dict[str, float]:
     prompts = prompts_for(rows, context, args.group, args.shared, seed=rows * 100_003 + context)
+    max_len = max(map(len, prompts)) + 2 * args.new_tokens + args.observation
     streams = list(range(1, rows + 1))
     n = args.new_tokens
     result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn")}
@@ -136,7 +147,7 @@ def measure(model, rows: int, context: int, attention: str, args, device: torch.
         attend_with(model, attention)
         result["forward"].append(forward_steps(model, prompts, n, device))
         for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
-            generator = generator_for(model, temperature, attention)
+            generator = generator_for(model, temperature, attention, kind, rows, max_len)
             kw = {} if temperature == 0 else {"streams": streams}
             one = timed(lambda: generator.generate(prompts, 1, **kw), device)
             generator.reset()
@@ -184,6 +195,8 @@ def main() -> None:
     parser.add_argument("--observation", type=int, default=150, help="new ids of the next turn")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--attention", nargs="+", choices=["grouped", "sdpa"], default=["grouped"])
+    parser.add_argument("--generator", nargs="+", choices=["hf", "slots"], default=["hf"])
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
     if args.new_tokens < 2:
@@ -191,19 +204,22 @@ def main() -> None:
     if min(args.context) <= args.shared:
         parser.error(f"--context must exceed --shared ({args.shared})")
     device = torch.device(args.device)
-    model = build_model(device)
+    model = build_model(device, args.dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
     print(f"# {name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"SmolLM2-135M's shape, random weights, float32, {args.new_tokens} new tokens; ms, median of {args.reps}")
-    print(f"| attention | rows | context | forward step | greedy step | sampled step | prefill | "
+          f"SmolLM2-135M's shape, random weights, {args.dtype}, {args.new_tokens} new tokens; ms, median of "
+          f"{args.reps}")
+    print(f"| generator | attention | rows | context | forward step | greedy step | sampled step | prefill | "
           f"next turn ({args.observation} ids) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for rows in args.rows:
         for context in args.context:
-            for attention in args.attention:  # side by side, so that their ratio is of one moment
-                m = measure(model, rows, context, attention, args, device)
-                print(f"| {attention} | {rows} | {context} | {1000 * m['forward']:.1f} | {1000 * m['greedy']:.1f} | "
-                      f"{1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | {1000 * m['turn']:.0f} |", flush=True)
+            for kind in args.generator:
+                for attention in args.attention:  # side by side, so that their ratio is of one moment
+                    m = measure(model, rows, context, attention, kind, args, device)
+                    print(f"| {kind} | {attention} | {rows} | {context} | {1000 * m['forward']:.1f} | "
+                          f"{1000 * m['greedy']:.1f} | {1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | "
+                          f"{1000 * m['turn']:.0f} |", flush=True)
     if args.profile:
         for attention in args.attention:
             profile(model, max(args.rows), max(args.context), attention, args, device)

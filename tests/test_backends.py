@@ -18,7 +18,7 @@ from agentgym_rl.rollout.backends import folder_policy, model_policy, samples_in
 
 SMALL = TinyModelConfig(vocab_size=400, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=32)
 SOURCE = Path(__file__).resolve().parent.parent / "src" / "agentgym_rl"
-GENERATORS = {"HFGenerator", "VLLMGenerator", "OpenAIGenerator", "ModelPolicy"}
+GENERATORS = {"HFGenerator", "VLLMGenerator", "OpenAIGenerator", "SlotGenerator", "ModelPolicy"}
 # Where else a generator may be built: serve-model samples for its clients, not for a rollout.
 OTHER_BUILDERS = {"rollout/backends.py", "server/model_server.py"}
 

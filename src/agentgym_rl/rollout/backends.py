@@ -62,6 +62,8 @@ BACKENDS = {backend.name: backend for backend in (
                      asynchronous=True, ray_workers=True),
     GeneratorBackend("vllm", "vLLM's offline engine", in_process=False, trains=True, lora=False, asynchronous=False,
                      ray_workers=False, requires=_require_vllm),
+    GeneratorBackend("slots", "the slot-cache generator", in_process=True, trains=True, lora=False,
+                     asynchronous=True, ray_workers=False),
     GeneratorBackend("served", "a model served over OpenAI's API (rollout.generator_url)", in_process=False,
                      trains=False, lora=False, asynchronous=False, ray_workers=False),
 )}
@@ -96,6 +98,11 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: Rollou
         from ..agent.vllm_generator import VLLMGenerator
 
         generator = VLLMGenerator(vllm_engine, [encoder.end_of_turn_id], temperature)
+    elif rollout.generator == "slots":
+        from ..agent.slot_generator import SlotGenerator
+
+        generator = SlotGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
+                                  slots=rollout.max_envs or 16, max_len=rollout.max_context)
     else:
         from ..agent.generator import HFGenerator
 

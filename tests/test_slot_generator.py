@@ -1,0 +1,110 @@
+"""The slot cache (`agent/slot_cache.py`) and the generator over it (`agent/slot_generator.py`),
+the first slice of the CUDA-graph decoding backend, on the CPU: rows at their own positions give
+the logits of separate forwards, and replies equal `HFGenerator`'s for the same prompts and
+streams, greedy and sampled, over a second turn that runs only its new tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agentgym_rl.agent.generator import HFGenerator
+from agentgym_rl.agent.slot_cache import SlotCache
+from agentgym_rl.agent.slot_generator import SlotGenerator
+from agentgym_rl.agent.tiny import TinyModelConfig, build_model
+
+SHAPE = TinyModelConfig(vocab_size=400, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                        intermediate_size=64, max_positions=512)
+STOP = 7
+
+
+@pytest.fixture(scope="module")
+def model(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, SHAPE, seed=0).eval()
+    with torch.no_grad():  # weights large enough that replies differ from prompt to prompt
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0, 0.3, generator=torch.Generator().manual_seed(1))
+    return model
+
+
+def test_rows_at_their_own_positions_give_the_logits_of_separate_forwards(model):
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    cache = SlotCache(SHAPE.num_layers, 4, 32)  # one slot more than rows: it gets padding only
+    width = max(map(len, prompts))
+    ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts] + [[0] * width])
+    positions, mask = cache.step(width)
+    assert positions.tolist()[1] == [0, 1, 2, 3, 4] and mask.shape == (4, 1, width, 32)
+    with torch.no_grad():
+        first = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache).logits
+        cache.advance(torch.tensor([5, 2, 3, 0]))
+        positions, mask = cache.step(1)
+        assert positions[:, 0].tolist() == [5, 2, 3, 0]
+        second = model(input_ids=torch.tensor([[3], [4], [1], [0]]), position_ids=positions, attention_mask=mask,
+                       past_key_values=cache).logits
+        for row, prompt in enumerate(prompts):
+            alone = model(input_ids=torch.tensor([prompt + [[3], [4], [1]][row]])).logits[0]
+            torch.testing.assert_close(first[row, len(prompt) - 1], alone[-2], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(second[row, 0], alone[-1], atol=1e-5, rtol=1e-5)
+
+
+def _replies(generations):
+    return [(g.ids, g.finished) for g in generations]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_replies_equal_hf_generators_over_two_turns(model, tiny_tokenizer, temperature):
+    """Three episodes, one a second sample of another's prompt (a group), sampled from their own
+    streams; turn 2 extends each turn-1 conversation: the slot generator runs only the new tokens."""
+    pad = tiny_tokenizer.pad_token_id
+    hf = HFGenerator(model, pad, [STOP], temperature, reuse_cache=True, threads=1)
+    slots = SlotGenerator(model, pad, [STOP], temperature, slots=4, max_len=128)
+    first = [[20, 21, 22, 23], [30, 31], [20, 21, 22, 23]]
+    streams = [11, 12, 13] if temperature else None
+    expected, got = hf.generate(first, 12, streams=streams), slots.generate(first, 12, streams=streams)
+    assert _replies(got) == _replies(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    second = [prompt + generation.ids + [STOP, 40 + i, 41] for i, (prompt, generation) in enumerate(zip(first, got))]
+    run_before = slots.prefilled_columns
+    expected, got = hf.generate(second, 12, streams=streams), slots.generate(second, 12, streams=streams)
+    assert _replies(got) == _replies(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    # Only what each conversation added since its last cached token was run: the last reply id and 3 more.
+    assert slots.prefilled_columns - run_before == 4 * len(second)
+    assert any(len(g.ids) > 1 for g in got)
+
+
+def test_a_row_samples_the_same_whatever_else_is_in_the_batch(model, tiny_tokenizer):
+    pad = tiny_tokenizer.pad_token_id
+    together = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=64).generate(
+        [[20, 21], [30, 31, 32], [5]], 10, streams=[1, 2, 3])
+    alone = SlotGenerator(model, pad, [STOP], 1.0, slots=1, max_len=64).generate([[30, 31, 32]], 10, streams=[2])
+    assert together[1].ids == alone[0].ids
+
+
+def test_a_conversation_longer_than_a_slot_is_refused(model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="pass the slots' 16 tokens"):
+        SlotGenerator(model, tiny_tokenizer.pad_token_id, [STOP], 0.0, slots=2, max_len=16).generate([[1] * 10], 8)
+
+
+def test_a_training_run_with_the_slot_generator_is_the_hf_run(tmp_path, counter_env_registered):
+    """`rollout.generator: slots` samples what "hf" samples from the same streams, so two toy
+    GRPO steps give the same metrics (but timings and the generator-learner logprob gap)."""
+    import json
+
+    from test_run_safety import toy_config
+
+    from agentgym_rl.train.rl import RLTrainer
+
+    rows = {}
+    for generator in ("hf", "slots"):
+        config = toy_config(tmp_path, f"run.name={generator}", f"rollout.generator={generator}", "train.steps=2",
+                            "rollout.threads=1", "rollout.max_new_tokens=4")
+        RLTrainer(config, log=lambda _: None).fit()
+        rows[generator] = [{k: v for k, v in json.loads(line).items()
+                            if not k.startswith(("time/", "rollout/logprob_gap"))}
+                           for line in (tmp_path / generator / "metrics.jsonl").read_text().splitlines()]
+    assert rows["slots"] == rows["hf"]
+    assert any(row.get("update/grad_norm", 0) > 0 for row in rows["hf"])
