@@ -354,7 +354,8 @@ def test_every_server_command_refuses_a_foreign_host(command, model_dir, tmp_pat
     assert result.returncode == 0, result.stderr
     client = TestClient(served["app"])
     for name in ("localhost:8000", "127.0.0.1", "[::1]:9", "127.0.0.2:8000", "trainer.lan"):
-        assert client.get("/health" if command != "view {runs}" else "/api/envs", headers={"host": name}).status_code == 200
+        path = "/health" if command != "view {runs}" else "/api/envs"
+        assert client.get(path, headers={"host": name}).status_code == 200
     refused = client.get("/health", headers={"host": "attacker.example"})
     assert refused.status_code == 400 and "--allow-host" in refused.text
 

@@ -172,7 +172,9 @@ def test_a_loopback_port_is_used_only_when_given(tmp_path, listener):
 
 def test_no_error_echoes_what_a_remote_server_answered(tmp_path):
     secret = b"SECRET body of another service"
-    for body, content_type in [(secret, b"text/plain"), (b'{"note": "SECRET", "env_id": "babyai"}', b"application/json")]:
+    answers_of_another_service = [(secret, b"text/plain"), (b'{"note": "SECRET", "env_id": "babyai"}',
+                                                            b"application/json")]
+    for body, content_type in answers_of_another_service:
         server = Listener(b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\nContent-Length: "
                           + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
         try:

@@ -29,23 +29,28 @@ def model(tiny_tokenizer):
 
 
 def test_rows_at_their_own_positions_give_the_logits_of_separate_forwards(model):
+    """Three rows of different lengths, left-padded, and a slot given only padding: each row's
+    next-token logits equal an unbatched forward's, at the prefill and at a decoding step."""
     prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
-    cache = SlotCache(SHAPE.num_layers, 4, 32)  # one slot more than rows: it gets padding only
+    cache = SlotCache(SHAPE.num_layers, 4, 32)
     width = max(map(len, prompts))
-    ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts] + [[0] * width])
-    positions, mask = cache.step(width)
-    assert positions.tolist()[1] == [0, 1, 2, 3, 4] and mask.shape == (4, 1, width, 32)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts] + [[0] * width])
+    pads = torch.tensor([width - len(p) for p in prompts] + [width])
+    positions, mask = cache.step(width, pads)
+    assert positions.tolist()[1] == [0, 0, 0, 0, 1] and mask.shape == (4, 1, width, 32)
+    assert cache.columns.tolist()[1] == [31, 31, 31, 0, 1]  # pads into the last column, seen by no real token
     with torch.no_grad():
         first = model(input_ids=ids, position_ids=positions, attention_mask=mask, past_key_values=cache).logits
-        cache.advance(torch.tensor([5, 2, 3, 0]))
+        cache.advance(width - pads)
         positions, mask = cache.step(1)
         assert positions[:, 0].tolist() == [5, 2, 3, 0]
         second = model(input_ids=torch.tensor([[3], [4], [1], [0]]), position_ids=positions, attention_mask=mask,
                        past_key_values=cache).logits
         for row, prompt in enumerate(prompts):
             alone = model(input_ids=torch.tensor([prompt + [[3], [4], [1]][row]])).logits[0]
-            torch.testing.assert_close(first[row, len(prompt) - 1], alone[-2], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(first[row, -1], alone[-2], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(second[row, 0], alone[-1], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(first).all() and torch.isfinite(second).all()
 
 
 def _replies(generations):
@@ -85,7 +90,7 @@ def test_a_row_samples_the_same_whatever_else_is_in_the_batch(model, tiny_tokeni
 
 
 def test_a_conversation_longer_than_a_slot_is_refused(model, tiny_tokenizer):
-    with pytest.raises(ValueError, match="pass the slots' 16 tokens"):
+    with pytest.raises(ValueError, match="pass the slots' 15 tokens"):
         SlotGenerator(model, tiny_tokenizer.pad_token_id, [STOP], 0.0, slots=2, max_len=16).generate([[1] * 10], 8)
 
 

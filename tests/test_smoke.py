@@ -43,7 +43,8 @@ def test_the_users_overrides_go_over_the_preset():
     assert code == 0, err
     resolved = yaml.safe_load(out)
     assert resolved["train"]["steps"] == 3 and resolved["run"]["name"] == "mine"
-    assert smoke_overrides("train", {"run": {"name": "x"}})[:3] == ["run.overwrite=true", "run.smoke=true", "run.name=x_smoke"]
+    assert smoke_overrides("train", {"run": {"name": "x"}})[:3] == ["run.overwrite=true", "run.smoke=true",
+                                                                     "run.name=x_smoke"]
 
 
 def test_smoke_and_resume_together_is_one_line():

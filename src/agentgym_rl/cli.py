@@ -135,7 +135,8 @@ def _output_files(**paths: Optional[Path]) -> None:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as error:
-            raise UserError(f"{option} {str(path)!r}: its folder cannot be written ({error.strerror or error})") from None
+            raise UserError(f"{option} {str(path)!r}: its folder cannot be written "
+                            f"({error.strerror or error})") from None
 
 
 def _env_args(items: Optional[List[str]]) -> list[str]:
@@ -677,7 +678,8 @@ def _imitate(kind: str, config: Path, overrides: Optional[List[str]], overwrite:
     from .train.sft import SFTTrainer
 
     trainer_class = {"sft": SFTTrainer, "dpo": DPOTrainer, "rft": RFTTrainer}[kind]
-    trainer = trainer_class(load_for_command(kind, config, _command_overrides(overrides, overwrite, smoke, kind, config)))
+    overrides = _command_overrides(overrides, overwrite, smoke, kind, config)
+    trainer = trainer_class(load_for_command(kind, config, overrides))
     return trainer, trainer.fit()
 
 

@@ -10,7 +10,9 @@ up to itself. Every shape is fixed by (slots, max_len), and nothing in a step sy
 what a CUDA graph needs. The same code runs eagerly on the CPU.
 
 Shapes: B slots, H key/value heads, L = max_len columns, D head dim, Q new tokens a row this
-forward (right-padded: a row's pads come after its real tokens and are overwritten later).
+forward, left-padded: a row's real tokens are its last ones, so that every row's next-token
+logits are the last column's (the forward computes no others). A pad is written into the last
+column, L - 1, which no real token ever sees: a slot holds L - 1 tokens.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class SlotLayer(CacheLayerMixin):
         each row; returns the whole (B, H, L, D) cache, which the step's mask reads."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        columns = self.slots.write_columns(key_states.shape[2])[:, None, :, None]  # (B, 1, Q, 1)
+        columns = self.slots.columns[:, None, :, None]  # (B, 1, Q, 1)
         for cache, new in ((self.keys, key_states), (self.values, value_states)):
             cache.scatter_(2, columns.expand(-1, new.shape[1], -1, new.shape[-1]), new.to(cache.dtype))
         return self.keys, self.values
@@ -63,31 +65,35 @@ class SlotCache(Cache):
 
     Attributes:
         lengths: (B,) int64, the tokens each row holds (on `device`).
-    A forward over it takes `step(ids_width)`'s position ids and mask; then `advance(counts)`
-    adds each row's real new tokens to its length.
+        columns: (B, Q) where the current forward writes each new token (`step` sets it).
+    A forward over it takes `step(Q, pads)`'s position ids and mask; then `advance(counts)` adds
+    each row's real new tokens to its length.
     """
 
     def __init__(self, num_layers: int, size: int, max_len: int, device: Any = None):
         self.size, self.max_len = size, max_len
         self.lengths = torch.zeros(size, dtype=torch.long, device=device)
+        self.columns = torch.zeros(size, 1, dtype=torch.long, device=device)
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
-    def write_columns(self, queries: int) -> torch.Tensor:
-        """(B, Q) the columns a forward of Q new tokens a row writes (clamped into the slot: a row
-        that has no room left writes its pads over its last column, which its mask never shows)."""
-        offsets = torch.arange(queries, device=self.lengths.device)
-        return (self.lengths[:, None] + offsets[None, :]).clamp_(max=self.max_len - 1)
-
-    def step(self, queries: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(position ids (B, Q), boolean mask (B, 1, Q, L)) of a forward of Q new tokens a row:
-        new token q of row b sits at position lengths[b] + q and sees columns 0 .. lengths[b] + q."""
-        positions = self.write_columns(queries)
-        columns = torch.arange(self.max_len, device=self.lengths.device)
-        mask = columns[None, None, None, :] <= positions[:, None, :, None]
-        return positions, mask
+    def step(self, queries: int, pads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(position ids (B, Q), boolean mask (B, 1, Q, L)) of a forward of Q new tokens a row,
+        the first `pads[b]` of row b padding (None: none): real token q of row b sits at position
+        lengths[b] + q - pads[b] and sees columns 0 up to its own; a pad is written into column
+        L - 1 and sees only it (a query that sees nothing would make NaNs)."""
+        device = self.lengths.device
+        offsets = torch.arange(queries, device=device)[None, :]
+        pads = torch.zeros_like(self.lengths) if pads is None else pads.to(device)
+        positions = self.lengths[:, None] + offsets - pads[:, None]
+        real = offsets >= pads[:, None]
+        scratch = self.max_len - 1
+        self.columns = torch.where(real, positions, scratch)
+        seen = torch.arange(self.max_len, device=device)[None, None, None, :]
+        mask = torch.where(real[:, None, :, None], seen <= positions[:, None, :, None], seen == scratch)
+        return positions.clamp(min=0), mask
 
     def advance(self, counts: torch.Tensor) -> None:
-        """Add (B,) real new tokens to each row's length (its pads are not kept)."""
+        """Add (B,) real new tokens to each row's length."""
         self.lengths.add_(counts.to(self.lengths.device))
 
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -70,10 +70,11 @@ class SlotGenerator:
         """One reply per prompt (with `streams`, prompt i samples from stream i)."""
         if allowed is not None:
             raise ValueError("a slot generator does not restrict replies to given sequences yet")
-        too_long = next((len(p) for p in prompts if len(p) + max_new_tokens > self.max_len), None)
+        room = self.max_len - 1  # the last column takes padding
+        too_long = next((len(p) for p in prompts if len(p) + max_new_tokens > room), None)
         if too_long is not None:
             raise ValueError(f"a prompt of {too_long} tokens and {max_new_tokens} new ones pass the slots' "
-                             f"{self.max_len} tokens")
+                             f"{room} tokens")
         out: list[Generation] = []
         for start in range(0, len(prompts), self.slots):
             out += self._generate(prompts[start:start + self.slots], max_new_tokens,
@@ -113,10 +114,9 @@ class SlotGenerator:
         ids = torch.full((self.slots, width), self.pad_id, dtype=torch.long)
         counts = torch.zeros(self.slots, dtype=torch.long)
         for row, suffix in zip(rows, suffixes):
-            ids[row, :len(suffix)] = torch.tensor(suffix)
+            ids[row, width - len(suffix):] = torch.tensor(suffix)
             counts[row] = len(suffix)
         index = torch.tensor(rows, device=device)
-        lasts = (counts[rows] - 1).to(device)
         position = torch.tensor([len(p) for p in prompts], device=device)  # of each row's next new token
         stream_rows = None if streams is None else torch.tensor(streams, dtype=torch.long, device=device)
         replies: list[list[int]] = [[] for _ in prompts]
@@ -125,7 +125,7 @@ class SlotGenerator:
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
-            logits = self._forward(ids.to(device), counts.to(device))[index, lasts]  # (N, V)
+            logits = self._forward(ids.to(device), counts.to(device))[index]  # (N, V)
             for step in range(max_new_tokens):
                 chosen, chosen_logprobs = self._sample(logits, stream_rows, position + step)
                 feed = torch.full((self.slots, 1), self.pad_id, dtype=torch.long, device=device)
@@ -141,7 +141,7 @@ class SlotGenerator:
                         feed[rows[i], 0], fed[rows[i]] = token, 1
                 if not any(active) or step + 1 == max_new_tokens:
                     break
-                logits = self._forward(feed, fed)[index, 0]
+                logits = self._forward(feed, fed)[index]
         self.model.train(was_training)
         for row, prompt, reply in zip(rows, prompts, replies):
             self._held[row] = prompt + reply  # the cache holds all but the last sampled id
@@ -149,13 +149,14 @@ class SlotGenerator:
                 for reply, logprob in zip(replies, logprobs)]
 
     def _forward(self, ids: Any, counts: Any) -> Any:
-        """(B, Q, V) float32 logits of `ids` (B, Q), right-padded, `counts` real tokens a row,
-        written into the slots (which then hold them)."""
-        positions, mask = self._cache.step(ids.shape[1])
+        """(B, V) float32 next-token logits after `ids` (B, Q), left-padded, `counts` real tokens
+        a row, which the slots then hold. Only the last column's logits are made: a prefill's
+        others would be (B, Q, V), gigabytes for a long prompt."""
+        positions, mask = self._cache.step(ids.shape[1], ids.shape[1] - counts)
         logits = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                            past_key_values=self._cache, use_cache=True).logits
+                            past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits
         self._cache.advance(counts)
-        return logits.float()
+        return logits[:, -1].float()
 
     def _sample(self, logits: Any, streams: Any, positions: Any) -> tuple[Any, Any]:
         """(N,) ids and their logprobs: greedy, or from each row's stream at `temperature`

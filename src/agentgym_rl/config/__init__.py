@@ -17,7 +17,8 @@ _EXPORTS = {
                   "SFTConfig", "SFTDataConfig"),
     "loader": ("apply_override", "from_dict", "load_config", "load_yaml", "set_key", "to_dict"),
     "rl": ("AlgoConfig", "RLConfig", "ScheduleConfig", "TrainLoopConfig"),
-    "sections": ("DEFAULT_DEVICE", "EnvConfig", "EvalConfig", "FinetuneConfig", "ModelConfig", "OptimConfig", "RolloutConfig",
+    "sections": ("DEFAULT_DEVICE", "EnvConfig", "EvalConfig", "FinetuneConfig", "ModelConfig", "OptimConfig",
+                 "RolloutConfig",
                  "RunConfig", "SampleConfig", "TinyModelConfig", "TrainingRun", "WarmupConfig"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

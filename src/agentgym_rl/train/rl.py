@@ -74,7 +74,8 @@ def split_actors(make_env: Any, config: RLConfig) -> tuple[Any, Any]:
         return make_env, make_env
     from ..envs.ray_env import split_actor_budget
 
-    train_need, val_need = config.algo.tasks_per_step * config.algo.group_size, config.eval.episodes * config.eval.samples
+    train_need = config.algo.tasks_per_step * config.algo.group_size
+    val_need = config.eval.episodes * config.eval.samples
     try:
         train_cap, val_cap = split_actor_budget(budget, train_need, val_need)
     except ValueError as error:

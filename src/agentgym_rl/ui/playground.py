@@ -146,7 +146,7 @@ class Playground:
         except (TypeError, ValueError, UserError, OSError) as error:
             if url:  # what the server answered stays in the log
                 log.warning("playground: %s at %s: %s", env_id, url, error)
-                raise PlaygroundError(f"no environment server of {env_id!r} answered at {url} as expected "
+                raise PlaygroundError(f"no environment server of {env_id!r} answered at {excerpt(url)} as expected "
                                       "(the viewer's log says why)") from None
             raise PlaygroundError(f"cannot make {env_id!r} with {excerpt(kwargs)}: {excerpt(str(error))}") from None
         try:
@@ -155,7 +155,7 @@ class Playground:
             env.close()
             if url:
                 log.warning("playground: reset %s to %r at %s: %s", env_id, item_id, url, error)
-                raise PlaygroundError(f"the server at {url} could not reset {env_id!r} to item "
+                raise PlaygroundError(f"the server at {excerpt(url)} could not reset {env_id!r} to item "
                                       f"{excerpt(item_id)!r} (the viewer's log says why)") from None
             raise PlaygroundError(f"cannot reset {env_id!r} to item {excerpt(item_id)!r}: {error}") from None
         with self._lock:
@@ -193,7 +193,7 @@ class Playground:
                 if run_dir is not None:
                     raise PlaygroundError(str(error), 502) from None
                 log.warning("playground: the model at %s: %s", endpoint, error)
-                raise PlaygroundError(f"the model at {endpoint} gave no reply (the viewer's log says why)",
+                raise PlaygroundError(f"the model at {excerpt(endpoint)} gave no reply (the viewer's log says why)",
                                       502) from None
             return self._act(session, prefix + reply.text)
 
@@ -220,7 +220,7 @@ class Playground:
         except Exception as error:  # noqa: BLE001 — a remote env's transport, an env's own bug: shown, not a 500
             if session.url:
                 log.warning("playground: step at %s: %s", session.url, error)
-                raise PlaygroundError(f"the environment server at {session.url} failed on {excerpt(reply)!r} "
+                raise PlaygroundError(f"the environment server at {excerpt(session.url)} failed on {excerpt(reply)!r} "
                                       "(the viewer's log says why)", 502) from None
             raise PlaygroundError(f"the environment failed on {excerpt(reply)!r}: {error}", 502) from None
         session.messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
