@@ -70,6 +70,7 @@ def test_replies_equal_hf_generators_over_two_turns(model, tiny_tokenizer, tempe
     assert _replies(got) == _replies(expected)
     for mine, theirs in zip(got, expected):
         assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    assert slots.prefilled_columns == 4 + 2  # the repeated prompt was run once
     second = [prompt + generation.ids + [STOP, 40 + i, 41] for i, (prompt, generation) in enumerate(zip(first, got))]
     run_before = slots.prefilled_columns
     expected, got = hf.generate(second, 12, streams=streams), slots.generate(second, 12, streams=streams)

@@ -92,6 +92,15 @@ class SlotCache(Cache):
         mask = torch.where(real[:, None, :, None], seen <= positions[:, None, :, None], seen == scratch)
         return positions.clamp(min=0), mask
 
+    def copy_rows(self, sources: torch.Tensor, targets: torch.Tensor) -> None:
+        """Give each row of `targets` (N,) the keys, values and length of the row of `sources`
+        (N,): a group's prompt, prefilled once, in each of its samples' slots."""
+        for layer in self.layers:
+            if layer.is_initialized:
+                for cache in (layer.keys, layer.values):
+                    cache.index_copy_(0, targets, cache.index_select(0, sources))
+        self.lengths.index_copy_(0, targets, self.lengths.index_select(0, sources))
+
     def advance(self, counts: torch.Tensor) -> None:
         """Add (B,) real new tokens to each row's length."""
         self.lengths.add_(counts.to(self.lengths.device))

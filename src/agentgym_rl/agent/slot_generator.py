@@ -83,7 +83,8 @@ class SlotGenerator:
 
     # ------------------------------------------------------------------ internals
     def _assign(self, prompts: list[list[int]]) -> list[int]:
-        """The slot of each prompt: the one continuing it the furthest, else one left free."""
+        """The slot of each prompt: the one continuing it the furthest, else one left free
+        (emptied)."""
         lengths = self._cache.lengths.tolist()
         taken: list[int | None] = []
         for prompt in prompts:
@@ -108,15 +109,23 @@ class SlotGenerator:
         rows = self._assign(prompts)
         cached = cache.lengths.tolist()
         suffixes = [prompt[cached[row]:] for prompt, row in zip(prompts, rows)]
+        # A prompt that starts afresh as another does (a group's samples) is run once: its rows
+        # take the first one's keys and values after the prefill.
+        first_of: dict[tuple[int, ...], int] = {}
+        copies = [(first_of.setdefault(tuple(prompt), row), row) if cached[row] == 0 else (row, row)
+                  for prompt, row in zip(prompts, rows)]
+        run = {source for source, _ in copies}
         self.reused_columns += sum(cached[row] for row in rows)
-        self.prefilled_columns += sum(map(len, suffixes))
+        self.prefilled_columns += sum(len(suffix) for suffix, row in zip(suffixes, rows) if row in run)
         width = max(map(len, suffixes))
         ids = torch.full((self.slots, width), self.pad_id, dtype=torch.long)
         counts = torch.zeros(self.slots, dtype=torch.long)
         for row, suffix in zip(rows, suffixes):
-            ids[row, width - len(suffix):] = torch.tensor(suffix)
-            counts[row] = len(suffix)
+            if row in run:
+                ids[row, width - len(suffix):] = torch.tensor(suffix)
+                counts[row] = len(suffix)
         index = torch.tensor(rows, device=device)
+        sources = torch.tensor([source for source, _ in copies], device=device)
         position = torch.tensor([len(p) for p in prompts], device=device)  # of each row's next new token
         stream_rows = None if streams is None else torch.tensor(streams, dtype=torch.long, device=device)
         replies: list[list[int]] = [[] for _ in prompts]
@@ -125,7 +134,12 @@ class SlotGenerator:
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
-            logits = self._forward(ids.to(device), counts.to(device))[index]  # (N, V)
+            logits = self._forward(ids.to(device), counts.to(device))  # (B, V)
+            copied = [(source, row) for source, row in copies if source != row]
+            if copied:
+                cache.copy_rows(torch.tensor([s for s, _ in copied], device=device),
+                                torch.tensor([r for _, r in copied], device=device))
+            logits = logits[sources]  # (N, V)
             for step in range(max_new_tokens):
                 chosen, chosen_logprobs = self._sample(logits, stream_rows, position + step)
                 feed = torch.full((self.slots, 1), self.pad_id, dtype=torch.long, device=device)
