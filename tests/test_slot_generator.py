@@ -114,3 +114,24 @@ def test_a_training_run_with_the_slot_generator_is_the_hf_run(tmp_path, counter_
                            for line in (tmp_path / generator / "metrics.jsonl").read_text().splitlines()]
     assert rows["slots"] == rows["hf"]
     assert any(row.get("update/grad_norm", 0) > 0 for row in rows["hf"])
+
+
+def test_a_prefill_of_some_slots_leaves_the_others_as_they_were(model):
+    """`rows`: a forward over two of four slots writes theirs only; the others keep their keys."""
+    cache = SlotCache(SHAPE.num_layers, 4, 16)
+    with torch.no_grad():
+        positions, mask = cache.step(3)
+        model(input_ids=torch.arange(10, 22).view(4, 3), position_ids=positions, attention_mask=mask,
+              past_key_values=cache)
+        cache.advance(torch.full((4,), 3))
+        before = [layer.keys.clone() for layer in cache.layers]
+        rows = torch.tensor([2, 0])
+        positions, mask = cache.step(2, torch.tensor([0, 1]), rows)
+        assert positions.tolist() == [[3, 4], [2, 3]] and cache.columns.tolist() == [[3, 4], [15, 3]]
+        model(input_ids=torch.tensor([[5, 6], [0, 7]]), position_ids=positions, attention_mask=mask,
+              past_key_values=cache)
+        cache.advance(torch.tensor([2, 1]))
+    assert cache.lengths.tolist() == [4, 3, 5, 3]
+    for layer, old in zip(cache.layers, before):
+        assert torch.equal(layer.keys[[1, 3]], old[[1, 3]])
+        assert torch.equal(layer.keys[0, :, :3], old[0, :, :3]) and not torch.equal(layer.keys[0, :, 3], old[0, :, 3])

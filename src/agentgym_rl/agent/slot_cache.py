@@ -45,10 +45,16 @@ class SlotLayer(CacheLayerMixin):
         each row; returns the whole (B, H, L, D) cache, which the step's mask reads."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        columns = self.slots.columns[:, None, :, None]  # (B, 1, Q, 1)
+        columns = self.slots.columns[:, None, :, None]  # (B, 1, Q, 1), or (N, 1, Q, 1) for `rows`
+        rows = self.slots.rows
+        out = []
         for cache, new in ((self.keys, key_states), (self.values, value_states)):
-            cache.scatter_(2, columns.expand(-1, new.shape[1], -1, new.shape[-1]), new.to(cache.dtype))
-        return self.keys, self.values
+            part = cache if rows is None else cache.index_select(0, rows)
+            part.scatter_(2, columns.expand(-1, new.shape[1], -1, new.shape[-1]), new.to(cache.dtype))
+            if rows is not None:
+                cache.index_copy_(0, rows, part)
+            out.append(part)
+        return out[0], out[1]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.slots.max_len, 0
@@ -74,17 +80,22 @@ class SlotCache(Cache):
         self.size, self.max_len = size, max_len
         self.lengths = torch.zeros(size, dtype=torch.long, device=device)
         self.columns = torch.zeros(size, 1, dtype=torch.long, device=device)
+        self.rows: torch.Tensor | None = None
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
-    def step(self, queries: int, pads: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, queries: int, pads: torch.Tensor | None = None,
+             rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(position ids (B, Q), boolean mask (B, 1, Q, L)) of a forward of Q new tokens a row,
         the first `pads[b]` of row b padding (None: none): real token q of row b sits at position
         lengths[b] + q - pads[b] and sees columns 0 up to its own; a pad is written into column
-        L - 1 and sees only it (a query that sees nothing would make NaNs)."""
+        L - 1 and sees only it (a query that sees nothing would make NaNs). With `rows` (N,), the
+        forward runs those slots alone, in that order (a prefill; decoding keeps all B)."""
         device = self.lengths.device
+        self.rows = None if rows is None else rows.to(device)
+        lengths = self.lengths if rows is None else self.lengths.index_select(0, self.rows)
         offsets = torch.arange(queries, device=device)[None, :]
-        pads = torch.zeros_like(self.lengths) if pads is None else pads.to(device)
-        positions = self.lengths[:, None] + offsets - pads[:, None]
+        pads = torch.zeros_like(lengths) if pads is None else pads.to(device)
+        positions = lengths[:, None] + offsets - pads[:, None]
         real = offsets >= pads[:, None]
         scratch = self.max_len - 1
         self.columns = torch.where(real, positions, scratch)
@@ -102,8 +113,12 @@ class SlotCache(Cache):
         self.lengths.index_copy_(0, targets, self.lengths.index_select(0, sources))
 
     def advance(self, counts: torch.Tensor) -> None:
-        """Add (B,) real new tokens to each row's length."""
-        self.lengths.add_(counts.to(self.lengths.device))
+        """Add the real new tokens of the last `step`'s rows (B,), or (N,) with its `rows`."""
+        counts = counts.to(self.lengths.device)
+        if self.rows is None:
+            self.lengths.add_(counts)
+        else:
+            self.lengths.index_add_(0, self.rows, counts)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.max_len

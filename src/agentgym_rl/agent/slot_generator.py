@@ -118,14 +118,15 @@ class SlotGenerator:
         self.reused_columns += sum(cached[row] for row in rows)
         self.prefilled_columns += sum(len(suffix) for suffix, row in zip(suffixes, rows) if row in run)
         width = max(map(len, suffixes))
-        ids = torch.full((self.slots, width), self.pad_id, dtype=torch.long)
-        counts = torch.zeros(self.slots, dtype=torch.long)
-        for row, suffix in zip(rows, suffixes):
-            if row in run:
-                ids[row, width - len(suffix):] = torch.tensor(suffix)
-                counts[row] = len(suffix)
+        prefill = sorted(run)  # only these slots run the prefill
+        ids = torch.full((len(prefill), width), self.pad_id, dtype=torch.long)
+        counts = torch.zeros(len(prefill), dtype=torch.long)
+        for place, row in enumerate(prefill):
+            suffix = suffixes[rows.index(row)]
+            ids[place, width - len(suffix):] = torch.tensor(suffix)
+            counts[place] = len(suffix)
         index = torch.tensor(rows, device=device)
-        sources = torch.tensor([source for source, _ in copies], device=device)
+        sources = torch.tensor([prefill.index(source) for source, _ in copies], device=device)
         position = torch.tensor([len(p) for p in prompts], device=device)  # of each row's next new token
         stream_rows = None if streams is None else torch.tensor(streams, dtype=torch.long, device=device)
         replies: list[list[int]] = [[] for _ in prompts]
@@ -134,7 +135,7 @@ class SlotGenerator:
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
-            logits = self._forward(ids.to(device), counts.to(device))  # (B, V)
+            logits = self._forward(ids.to(device), counts.to(device), torch.tensor(prefill, device=device))
             copied = [(source, row) for source, row in copies if source != row]
             if copied:
                 cache.copy_rows(torch.tensor([s for s, _ in copied], device=device),
@@ -162,11 +163,12 @@ class SlotGenerator:
         return [Generation(reply, logprob, reply[-1] in self.stop_ids if reply else False)
                 for reply, logprob in zip(replies, logprobs)]
 
-    def _forward(self, ids: Any, counts: Any) -> Any:
+    def _forward(self, ids: Any, counts: Any, rows: Any = None) -> Any:
         """(B, V) float32 next-token logits after `ids` (B, Q), left-padded, `counts` real tokens
-        a row, which the slots then hold. Only the last column's logits are made: a prefill's
-        others would be (B, Q, V), gigabytes for a long prompt."""
-        positions, mask = self._cache.step(ids.shape[1], ids.shape[1] - counts)
+        a row, which the slots then hold; with `rows` (N,), of those slots alone. Only the last
+        column's logits are made: a prefill's others would be (B, Q, V), gigabytes for a long
+        prompt."""
+        positions, mask = self._cache.step(ids.shape[1], ids.shape[1] - counts, rows)
         logits = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
                             past_key_values=self._cache, use_cache=True, logits_to_keep=1).logits
         self._cache.advance(counts)
