@@ -76,9 +76,8 @@ def run_lock(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr)
     The lock is an exclusive `flock` on `run_dir/.lock`, taken atomically and let go by the
     kernel when the holder ends, however it ends; the file says who holds it (PID, host, since)
     and is emptied on release. A file that still names a holder once the lock is free was left by a
-    process that died: its lock is taken over with a note. (flock holds between processes of one
-    machine and on most network file systems; two machines sharing a folder by other means are
-    not kept apart.)
+    process that died: its lock is taken over with a note. (flock keeps apart the processes of
+    one machine; on a network file system, only as far as it passes locks between machines.)
 
     Raises:
         UserError: another process holds the lock, or the folder cannot be written.
