@@ -300,3 +300,20 @@ def test_turn_ids_from_mask():
         [-1] * 7,
     ]
     assert turn_ids_from_mask(torch.zeros(2, 0)).shape == (2, 0)
+
+
+def test_the_clip_fraction_counts_the_upper_bound_clip_eps_high_sets():
+    """Ratios 1.25, 1.25, 0.75, 1.1 with advantages +1, −1, −1, +1, ε = 0.2, ε_high = 0.3:
+    1.25 with A > 0 is inside 1 + ε_high (it would be clipped at 1 + ε); 1.25 with A < 0 takes
+    the unclipped branch either way; 0.75 with A < 0 is below 1 − ε: clipped; 1.1 is inside.
+    One token of four: 0.25 (a version that used ε for the upper bound gives 0.5)."""
+    old = torch.zeros(1, 4)
+    logprobs = torch.log(torch.tensor([[1.25, 1.25, 0.75, 1.1]])).requires_grad_()
+    advantages = torch.tensor([[1.0, -1.0, -1.0, 1.0]])
+    loss, metrics = ppo_clip_loss(logprobs, old, advantages, torch.ones(1, 4), clip_eps=0.2, clip_eps_high=0.3)
+    assert metrics["clip_fraction"] == pytest.approx(0.25)
+    loss.backward()
+    # Only the clipped token has no gradient: d(−A·ρ)/d log ρ = −A·ρ / 4 on the others.
+    assert logprobs.grad.tolist()[0] == pytest.approx([-1.25 / 4, 1.25 / 4, 0.0, -1.1 / 4])
+    symmetric = ppo_clip_loss(logprobs.detach(), old, advantages, torch.ones(1, 4), clip_eps=0.2)[1]
+    assert symmetric["clip_fraction"] == pytest.approx(0.5)
