@@ -169,5 +169,5 @@ def counter_env_registered():
     for env_id, entry_point in (("counter", "conftest:CounterEnv"), ("counter_any_case", "conftest:AnyCaseCounterEnv")):
         if env_id not in registry.env_ids():
             registry.register(registry.EnvSpec(env_id, entry_point, "conftest:counter_tasks", max_turns=3,
-                                               expert_entry_point="conftest:CounterExpert"))
+                                               expert_entry_point="conftest:CounterExpert", state_keys=True))
     return "counter"

@@ -389,3 +389,20 @@ def test_eval_of_a_run_keeps_its_memory_setting(tmp_path):
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "config.yaml").write_text("run: {seed: 1}\nenv: {id: babyai}\n")
     assert from_dict(PlayConfig, played_settings(tmp_path / "plain")).run.malloc_mmap_threshold_kb == 0
+
+
+def test_gigpo_on_an_environment_without_states_is_refused_unless_allowed(tmp_path):
+    """GiGPO's step level groups turns by their true state: on an environment that names none
+    (search), or a mix with such a member, it is refused before any work; allowed, it warns."""
+    recipe = REPO / "configs" / "babyai_gigpo.yaml"
+    for env in (["env.id=search", "env.kwargs={}"],
+                ["env.id=mix", "env.kwargs={members: [{id: babyai}, {id: search}]}"]):
+        config = load_config(RLConfig, recipe, [*env, f"run.output_dir={tmp_path}"])
+        with pytest.raises(UserError, match=r"search names no states .* algo.without_state_keys=true"):
+            RLTrainer(config, log=lambda _: None)
+    said: list[str] = []
+    allowed = load_config(RLConfig, recipe, ["env.id=search", "env.kwargs={}", "algo.without_state_keys=true",
+                                             f"run.output_dir={tmp_path}"])
+    RLTrainer(allowed, log=said.append)
+    assert any(line.startswith("warning: search names no states") for line in said)
+    assert not (tmp_path / "babyai_gigpo").exists()

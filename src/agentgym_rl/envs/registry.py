@@ -101,6 +101,18 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
+def stateless(env_id: str, kwargs: dict[str, Any] | None = None) -> list[str]:
+    """The environments of `env_id` (a mix: its members) that name no states (`EnvSpec.state_keys`)."""
+    if env_id == "mix":
+        parse_members = load_entry_point("agentgym_rl.envs.mix:parse_members")  # mix imports this module
+        try:
+            ids = [member.id for member in parse_members((kwargs or {}).get("members"))]
+        except ValueError as error:
+            raise UserError(f"bad arguments for environment 'mix': {error}") from None
+        return [member for member in ids if not spec(member).state_keys]
+    return [] if spec(env_id).state_keys else [env_id]
+
+
 def check_installed(env_id: str, kwargs: dict[str, Any] | None = None) -> None:
     """A `UserError` saying what to install when `env_id` (a mix: any member) needs a program
     that is missing (`EnvSpec.installed_entry_point`)."""

@@ -260,9 +260,15 @@ class RLTrainer(Trainer):
                                                  horizon=config.algo.kl_horizon if adaptive else None)
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
-        if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] and not registry.spec(config.env.id).state_keys:
-            self.log(f"warning: {config.env.id} names no states (info['state_key']), so {config.algo.name}'s "
-                     "step-level advantage is 0 and it trains on the episode-level one alone")
+        stateless = registry.stateless(config.env.id, config.env.kwargs) \
+            if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] else []
+        if stateless:
+            what = (f"{', '.join(stateless)} name{'s' if len(stateless) == 1 else ''} no states (info['state_key']), "
+                    f"so {config.algo.name}'s step-level advantage is 0 there")
+            if not config.algo.without_state_keys:
+                raise UserError(f"{what}: choose another algorithm, or algo.without_state_keys=true to train on the "
+                                "episode level alone there")
+            self.log(f"warning: {what} and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._gap, self._gap_in_loss, self._old_in_loss = LogprobGap(), False, False
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
