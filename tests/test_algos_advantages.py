@@ -445,7 +445,7 @@ def test_gigpo_without_states_is_grpo_and_rejects_bad_inputs():
     expected = broadcast_to_tokens(grpo_advantages(rewards, groups).advantages, mask)
     assert torch.allclose(compute_advantages("gigpo", {"rewards": rewards, "group_ids": groups, "mask": mask})
                           .advantages, expected)
-    assert advantage_inputs("gigpo") == (("rewards", "group_ids", "mask"), ("state_ids",),
+    assert advantage_inputs("gigpo") == (("rewards", "group_ids", "mask"), ("state_ids", "turn_rewards"),
                                          ("normalize_std", "step_weight", "gamma", "eps"))
     with pytest.raises(ValueError, match="state_ids shape"):
         gigpo_advantages(rewards, groups, mask, ids([[0, 1]] * 3))
@@ -455,3 +455,23 @@ def test_gigpo_without_states_is_grpo_and_rejects_bad_inputs():
         gigpo_advantages(rewards, groups, mask, gamma=1.5)
     empty = gigpo_advantages(t([]), ids([]), torch.zeros(0, 4))
     assert empty.advantages.shape == (0, 4)
+
+
+def test_gigpo_step_returns_count_each_turns_reward_where_it_was_earned():
+    """Two episodes of one task, two turns each, both turn 0s from state 0 (a step group), the
+    turn 1s from states 1 and 2 (alone). Episode A: −0.1 (a penalised turn), then 1.0; B: 0.0,
+    then 1.0. γ = 0.5, no std. Turn 0's returns: A −0.1 + 0.5 · 1.0 = 0.4, B 0.5 → step
+    advantages −0.05, +0.05. Without the turns' rewards, the total (0.9, 1.0) arrives after the
+    last turn: 0.45 and 0.5 → −0.025, +0.025, the penalty discounted as if it came at the end."""
+    rewards = torch.tensor([0.9, 1.0])
+    groups = torch.tensor([0, 0])
+    mask = torch.tensor([[1, 0, 1], [1, 0, 1]])
+    states = torch.tensor([[0, -1, 1], [0, -1, 2]])
+    turn_rewards = torch.tensor([[-0.1, 1.0], [0.0, 1.0]])
+    kwargs = dict(normalize_std=False, gamma=0.5, step_weight=1.0)
+    per_turn = gigpo_advantages(rewards, groups, mask, states, turn_rewards, **kwargs).advantages
+    episode = torch.tensor([-0.05, 0.05])  # GRPO's (0.9 and 1.0 about their mean 0.95)
+    assert per_turn[:, 0].tolist() == pytest.approx((episode + torch.tensor([-0.05, 0.05])).tolist())
+    assert per_turn[:, 2].tolist() == pytest.approx(episode.tolist())  # turn 1s: step groups of one
+    at_end = gigpo_advantages(rewards, groups, mask, states, **kwargs).advantages
+    assert at_end[:, 0].tolist() == pytest.approx((episode + torch.tensor([-0.025, 0.025])).tolist())

@@ -514,6 +514,7 @@ def gigpo_advantages(
     group_ids: Tensor,
     mask: Tensor,
     state_ids: Tensor | None = None,
+    turn_rewards: Tensor | None = None,
     *,
     normalize_std: bool = True,
     step_weight: float = 1.0,
@@ -526,9 +527,11 @@ def gigpo_advantages(
     Episode level: the GRPO advantage A^E_i of trajectory i in its task's group (`grpo_advantages`).
     Step level: turns that start from the same environment state (the same state id) in the
     episodes of one group form a step group, and each turn is compared with the others there by
-    its discounted return. With the outcome reward r_i arriving after the last of the episode's
-    n_i turns, turn k's return is R_{i,k} = γ^(n_i − 1 − k) · r_i, so among turns taken from one
-    state, the one that reached the goal in fewer turns scores higher. Then
+    its discounted return. Turn k's return is R_{i,k} = Σ_{j ≥ k} γ^(j − k) · r_{i,j} over the
+    rewards of turns k..n_i − 1 (`turn_rewards`: a penalty counts at the turn that earned it);
+    without them the outcome reward r_i arrives after the last turn, R_{i,k} = γ^(n_i − 1 − k) · r_i.
+    Among turns taken from one state, the one that reached the goal in fewer turns scores higher.
+    Then
 
         A^S_{i,k} = (R_{i,k} − mean_s R) / (std_s R + eps)   (without std: R − mean),
         A_{i,k}   = A^E_i + step_weight · A^S_{i,k}   on every action token of turn k.
@@ -546,6 +549,8 @@ def gigpo_advantages(
         state_ids: (B, T) integer id of the state each token's turn was taken from, the same on
             every token of a turn (read at its first token); −1 for no state. Ids are compared
             only within a group. None: no turn has one (GiGPO is then GRPO).
+        turn_rewards: (B, K) reward of each turn, 0 past a row's last; K ≥ the mask's turns
+            (a turn of the mask beyond K gets return 0). None: the outcome after the last turn.
         normalize_std: divide by the std, at both levels (verl-agent's "mean_std_norm"; False
             is its "mean_norm").
         step_weight: ω, the weight of the step level.
@@ -577,8 +582,17 @@ def gigpo_advantages(
     before[:, 1:] = turns[:, :-1]
     rows, columns = ((turns >= 0) & (turns != before)).nonzero(as_tuple=True)
     turn = turns[rows, columns]
-    last_turn = turns.max(dim=-1).values if m.shape[1] else turns.new_zeros(m.shape[0])
-    returns = rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
+    if turn_rewards is None:
+        last_turn = turns.max(dim=-1).values if m.shape[1] else turns.new_zeros(m.shape[0])
+        returns = rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
+    else:
+        if turn_rewards.dim() != 2 or turn_rewards.shape[0] != m.shape[0]:
+            raise ValueError(f"turn_rewards must be (B, K) with B = {m.shape[0]}, got {tuple(turn_rewards.shape)}")
+        # R_k = r_k + γ R_{k+1}; one column of zeros after the last, read by a turn past K.
+        by_turn = torch.cat([turn_rewards.detach().to(rewards.dtype), rewards.new_zeros(m.shape[0], 1)], dim=1)
+        for k in range(by_turn.shape[1] - 2, -1, -1):
+            by_turn[:, k] += gamma * by_turn[:, k + 1]
+        returns = by_turn[rows, turn.clamp(max=by_turn.shape[1] - 1)]
     state = state_ids[rows, columns].long() if state_ids is not None else torch.full_like(turn, -1)
     keyed = state >= 0
     step = torch.zeros_like(returns)

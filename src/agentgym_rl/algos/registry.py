@@ -39,6 +39,8 @@ Batch fields (B trajectories, T token positions):
                                  on action tokens, for a KL penalty folded into the reward
     state_ids      (B, T) int    id of the environment state each token's turn was taken
                                  from (`info["state_key"]`), -1 where there is none
+    turn_rewards   (B, K) float  the reward of each of a trajectory's K turns (environment
+                                 steps, in order; 0 past its own), summing to `rewards`
 
 `advantage_inputs(name)` lists what an estimator takes; `compute_advantages(name,
 fields, **hparams)` picks those fields out of a dict of batch tensors and calls it.
@@ -76,7 +78,7 @@ LOSS: dict[str, LossFn] = {}
 KL: dict[str, KLFn] = {}
 SCHEDULE: dict[str, Callable[..., Any]] = {}
 
-ADVANTAGE_FIELDS = ("rewards", "group_ids", "mask", "token_rewards", "values", "kl", "state_ids")
+ADVANTAGE_FIELDS = ("rewards", "group_ids", "mask", "token_rewards", "values", "kl", "state_ids", "turn_rewards")
 """Names a batch tensor may have when passed to an advantage estimator (see above)."""
 
 F = TypeVar("F", bound=Callable[..., Any])

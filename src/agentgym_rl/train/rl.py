@@ -763,6 +763,10 @@ class RLTrainer(Trainer):
                   "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
         if "state_ids" in advantage_inputs(spec.advantage)[1]:
             fields["state_ids"] = turn_state_ids(rows, mask)
+        if "turn_rewards" in advantage_inputs(spec.advantage)[1]:  # each turn's reward where it was earned
+            turns = max((len(t.turn_rewards) for t in rows), default=0)
+            fields["turn_rewards"] = torch.tensor([t.turn_rewards + [0.0] * (turns - len(t.turn_rewards))
+                                                   for t in rows], dtype=torch.float).view(len(rows), turns)
         hparams = spec.advantage_kwargs()  # with the KL in the reward, kl_coef is β
         if spec.kl_in_reward:
             fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
