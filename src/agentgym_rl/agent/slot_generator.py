@@ -94,7 +94,7 @@ class SlotGenerator:
             taken.append(best)
         free = iter(slot for slot in sorted(range(self.slots), key=lambda slot: lengths[slot]) if slot not in taken)
         assigned = [slot if slot is not None else next(free) for slot in taken]
-        for prompt, slot, kept in zip(prompts, assigned, taken):
+        for slot, kept in zip(assigned, taken):
             if kept is None:
                 self._cache.lengths[slot] = 0
         return assigned
