@@ -62,7 +62,7 @@ def position_seeds(streams: Any, positions: Any) -> Any:
     z = (z ^ _shift_right(z, 30, scratch)) * _MIX1
     z = (z ^ _shift_right(z, 27, scratch)) * _MIX2
     z = z ^ _shift_right(z, 31, scratch)
-    return _shift_right(z, 1, scratch).clone()
+    return _shift_right(z, 1, scratch)
 
 
 def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None) -> Any:

@@ -132,6 +132,7 @@ class SlotGenerator:
         replies: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
         active = [True] * len(prompts)
+        stops = set(self.stop_ids)
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
@@ -143,20 +144,20 @@ class SlotGenerator:
             logits = logits[sources]  # (N, V)
             for step in range(max_new_tokens):
                 chosen, chosen_logprobs = self._sample(logits, stream_rows, position + step)
-                feed = torch.full((self.slots, 1), self.pad_id, dtype=torch.long, device=device)
-                fed = torch.zeros(self.slots, dtype=torch.long, device=device)
+                feed, fed = [self.pad_id] * self.slots, [0] * self.slots  # built here, sent once
                 for i, (token, logprob) in enumerate(zip(chosen.tolist(), chosen_logprobs.tolist())):
                     if not active[i]:
                         continue
                     replies[i].append(token)
                     logprobs[i].append(logprob)
-                    if token in self.stop_ids:
+                    if token in stops:
                         active[i] = False
-                    elif step + 1 < max_new_tokens:
-                        feed[rows[i], 0], fed[rows[i]] = token, 1
+                    else:
+                        feed[rows[i]], fed[rows[i]] = token, 1
                 if not any(active) or step + 1 == max_new_tokens:
                     break
-                logits = self._forward(feed, fed)[index]
+                logits = self._forward(torch.tensor(feed, device=device)[:, None],
+                                       torch.tensor(fed, device=device))[index]
         self.model.train(was_training)
         for row, prompt, reply in zip(rows, prompts, replies):
             self._held[row] = prompt + reply  # the cache holds all but the last sampled id

@@ -14,6 +14,7 @@ not match is never unpickled. Whoever can write into a runs folder cannot make a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -30,10 +31,15 @@ KEY_FILE = "journal.key"
 
 def journal_key() -> bytes:
     """This user's key for signing journals: `<cache>/journal.key` (`models.cache_root`), made
-    on first use, readable by this user alone."""
+    on first use, readable by this user alone; read once per process and cache folder (a run
+    signs a journal every turn)."""
     from ..agent.models import cache_root
 
-    path = cache_root() / KEY_FILE
+    return _key_at(cache_root() / KEY_FILE)
+
+
+@functools.cache
+def _key_at(path: Path) -> bytes:
     try:
         return bytes.fromhex(path.read_text())
     except (OSError, ValueError):

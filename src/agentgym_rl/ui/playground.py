@@ -36,6 +36,8 @@ MAX_ACTION_CHARS = 10_000
 MAX_SESSIONS = 8
 """Sessions kept alive; starting one more closes the least recently used."""
 
+log = logging.getLogger(__name__)
+
 
 class PlaygroundError(Exception):
     def __init__(self, message: str, status: int = 422):
@@ -53,9 +55,6 @@ def grid_image(env: TextEnv) -> str | None:
     buffer = io.BytesIO()
     matplotlib.image.imsave(buffer, minigrid.get_frame(highlight=True, tile_size=24), format="png")
     return base64.b64encode(buffer.getvalue()).decode()
-
-
-log = logging.getLogger(__name__)
 
 
 class _Session:
