@@ -508,6 +508,23 @@ def reinforce_pp_advantages(
 # ------------------------------------------------------------------------ step level
 
 
+def _turn_returns(rewards: Tensor, turns: Tensor, rows: Tensor, turn: Tensor, turn_rewards: Tensor | None,
+                  gamma: float) -> Tensor:
+    """GiGPO's discounted return of each turn listed by (`rows`, `turn`) (N,), `turns` (B, T)
+    being every token's turn index (−1 off the action tokens): from `turn_rewards` (B, K),
+    R_k = r_k + γ·R_{k+1} (a turn past K: 0); without them, the outcome `rewards` (B,) after the
+    last turn, γ^(n − 1 − k)·r."""
+    if turn_rewards is None:
+        last_turn = turns.max(dim=-1).values if turns.shape[1] else turns.new_zeros(turns.shape[0])
+        return rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
+    if turn_rewards.dim() != 2 or turn_rewards.shape[0] != turns.shape[0]:
+        raise ValueError(f"turn_rewards must be (B, K) with B = {turns.shape[0]}, got {tuple(turn_rewards.shape)}")
+    by_turn = torch.cat([turn_rewards.detach().to(rewards.dtype), rewards.new_zeros(turns.shape[0], 1)], dim=1)
+    for k in range(by_turn.shape[1] - 2, -1, -1):
+        by_turn[:, k] += gamma * by_turn[:, k + 1]
+    return by_turn[rows, turn.clamp(max=by_turn.shape[1] - 1)]
+
+
 @register_advantage("gigpo")
 def gigpo_advantages(
     rewards: Tensor,
@@ -582,17 +599,7 @@ def gigpo_advantages(
     before[:, 1:] = turns[:, :-1]
     rows, columns = ((turns >= 0) & (turns != before)).nonzero(as_tuple=True)
     turn = turns[rows, columns]
-    if turn_rewards is None:
-        last_turn = turns.max(dim=-1).values if m.shape[1] else turns.new_zeros(m.shape[0])
-        returns = rewards[rows] * gamma ** (last_turn[rows] - turn).to(rewards.dtype)
-    else:
-        if turn_rewards.dim() != 2 or turn_rewards.shape[0] != m.shape[0]:
-            raise ValueError(f"turn_rewards must be (B, K) with B = {m.shape[0]}, got {tuple(turn_rewards.shape)}")
-        # R_k = r_k + γ R_{k+1}; one column of zeros after the last, read by a turn past K.
-        by_turn = torch.cat([turn_rewards.detach().to(rewards.dtype), rewards.new_zeros(m.shape[0], 1)], dim=1)
-        for k in range(by_turn.shape[1] - 2, -1, -1):
-            by_turn[:, k] += gamma * by_turn[:, k + 1]
-        returns = by_turn[rows, turn.clamp(max=by_turn.shape[1] - 1)]
+    returns = _turn_returns(rewards, turns, rows, turn, turn_rewards, gamma)
     state = state_ids[rows, columns].long() if state_ids is not None else torch.full_like(turn, -1)
     keyed = state >= 0
     step = torch.zeros_like(returns)

@@ -227,6 +227,24 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
     return {group for group, values in rewards.items() if max(values) - min(values) > 1e-9}
 
 
+def advantage_fields(rows: list[Trajectory], mask: torch.Tensor, values: torch.Tensor | None,
+                     estimator: str) -> dict[str, Any]:
+    """The batch fields of `rows` an advantage estimator reads (`algos.ADVANTAGE_FIELDS`):
+    outcome rewards, groups, the action mask (B, T), token rewards, the critic's values, and
+    the turns' states and rewards when `estimator` takes them (B, K, padded with 0)."""
+    rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
+    fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
+              "token_rewards": outcome_token_rewards(rewards, mask), "values": values}
+    optional = advantage_inputs(estimator)[1]
+    if "state_ids" in optional:
+        fields["state_ids"] = turn_state_ids(rows, mask)
+    if "turn_rewards" in optional:  # each turn's reward where it was earned
+        turns = max((len(t.turn_rewards) for t in rows), default=0)
+        fields["turn_rewards"] = torch.tensor([t.turn_rewards + [0.0] * (turns - len(t.turn_rewards))
+                                               for t in rows], dtype=torch.float).view(len(rows), turns)
+    return fields
+
+
 @dataclasses.dataclass
 class _Progress:
     """What `RLTrainer.fit` keeps from step to step."""
@@ -758,15 +776,7 @@ class RLTrainer(Trainer):
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
             metrics["time/score_s"] = self._score(batch, beta)
-        rewards = torch.tensor([t.reward for t in rows], dtype=torch.float)
-        fields = {"rewards": rewards, "group_ids": torch.tensor([t.group for t in rows]), "mask": mask,
-                  "token_rewards": outcome_token_rewards(rewards, mask), "values": batch.old_values}
-        if "state_ids" in advantage_inputs(spec.advantage)[1]:
-            fields["state_ids"] = turn_state_ids(rows, mask)
-        if "turn_rewards" in advantage_inputs(spec.advantage)[1]:  # each turn's reward where it was earned
-            turns = max((len(t.turn_rewards) for t in rows), default=0)
-            fields["turn_rewards"] = torch.tensor([t.turn_rewards + [0.0] * (turns - len(t.turn_rewards))
-                                                   for t in rows], dtype=torch.float).view(len(rows), turns)
+        fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
         hparams = spec.advantage_kwargs()  # with the KL in the reward, kl_coef is β
         if spec.kl_in_reward:
             fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
