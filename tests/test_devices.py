@@ -95,3 +95,19 @@ def test_torchrun_reads_run_device_as_the_model_does(monkeypatch):
         distributed.start("cuda")
     assert joined == []
     assert distributed.start("auto") == (0, 2) and joined == ["gloo"]
+
+
+def test_the_start_line_names_a_gpu_and_its_memory(monkeypatch):
+    """`describe_device`'s CUDA branch, reached on the CPU with torch's device queries stood in
+    for (the tests hide GPUs): the GPU's index, name and memory; the CPU's thread count."""
+    from types import SimpleNamespace
+
+    from agentgym_rl.agent.loading import describe_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: SimpleNamespace(name=f"NVIDIA H200 #{index}", total_memory=140e9))
+    assert describe_device(torch.device("cuda"), "bfloat16") == "device cuda:1 (NVIDIA H200 #1, 140 GB), bfloat16"
+    assert describe_device(torch.device("cuda", 0), "float32") == "device cuda:0 (NVIDIA H200 #0, 140 GB), float32"
+    threads = torch.get_num_threads()
+    assert describe_device(torch.device("cpu"), "float32") == f"device cpu ({threads} threads), float32"

@@ -119,3 +119,11 @@ def test_seeds_made_on_the_device_equal_the_python_ones():
     seeds = position_seeds(torch.tensor([s for s, _ in pairs]), torch.tensor([p for _, p in pairs]))
     assert seeds.dtype == torch.int64 and seeds.tolist() == [position_seed(s, p) for s, p in pairs]
     assert torch.equal(gumbel_noise(seeds, 50), gumbel_noise([position_seed(s, p) for s, p in pairs], 50))
+
+
+def test_off_the_cpu_the_noise_is_made_for_all_rows_at_once():
+    """A GPU makes all rows in one pass (`rows_at_once` None there), the CPU four at a time: the
+    one-pass path, forced on the CPU, gives the same noise bit for bit."""
+    seeds = torch.tensor([position_seed(7, p) for p in range(9)])
+    assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=9), gumbel_noise(seeds, 40))
+    assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=1), gumbel_noise(seeds, 40))

@@ -65,9 +65,10 @@ def position_seeds(streams: Any, positions: Any) -> Any:
     return _shift_right(z, 1, scratch)
 
 
-def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None) -> Any:
+def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None, rows_at_once: int | None = None) -> Any:
     """(len(seeds), size) float64 standard Gumbel noise; row i is a function of seeds[i] alone.
     `seeds`: Python ints, or a (B,) int64 tensor (`position_seeds`; its device is used).
+    `rows_at_once`: rows made per pass (None: all of them off the CPU, 4 on it).
 
     A counter-based generator: entry (i, v) is SplitMix64's output for state seeds[i] + (v + 1) *
     golden gamma (Steele, Lea & Flood 2014), its top 53 bits a uniform u in (0, 1), and the noise
@@ -85,7 +86,7 @@ def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None) -> Any:
     counters = torch.arange(1, size + 1, dtype=torch.int64, device=device).mul_(_GOLDEN)
     noise = torch.empty(len(seeds), size, dtype=torch.float64, device=device)
     # On the CPU, a few rows at a time keep the int64 scratch in cache (128 rows: ~0.1 s, not ~0.7).
-    chunk = len(seeds) if noise.device.type != "cpu" else 4
+    chunk = rows_at_once or (len(seeds) if noise.device.type != "cpu" else 4)
     for start in range(0, len(seeds), chunk):
         rows = seeds[start:start + chunk].unsqueeze(1)
         x = counters.unsqueeze(0) + rows
