@@ -58,9 +58,7 @@ def open_trackers(names: list[str] | tuple[str, ...], run_dir: Path, run_name: s
                   resumed_at: int | None = None) -> list[Tracker]:
     """A tracker for each name in `names` (`TRACKERS`); `config` is the run's resolved config
     as nested dicts; `resumed_at` the checkpoint's step when the run is resumed."""
-    unknown = sorted(set(names) - set(TRACKERS))
-    if unknown:
-        raise UserError(f"run.loggers: unknown logger(s) {', '.join(unknown)}; choose from {', '.join(TRACKERS)}")
+    check_installed(names)
     title = run_name if resumed_at is None else f"{run_name} (resumed at step {resumed_at})"
     opened: list[Tracker] = []
     try:

@@ -63,9 +63,9 @@ def check_installed(config: Any) -> None:
     backend = backend_of(config.rollout)
     if backend.requires is not None:
         backend.requires()
-    if (any(url.startswith(registry.RAY_SCHEME) for url in config.env.urls) or config.rollout.workers) \
-            and importlib.util.find_spec("ray") is None:
-        what = "env.urls names Ray" if config.env.urls else "rollout.workers run on Ray"
+    ray_envs = any(url.startswith(registry.RAY_SCHEME) for url in config.env.urls)
+    if (ray_envs or config.rollout.workers) and importlib.util.find_spec("ray") is None:
+        what = "env.urls names Ray" if ray_envs else "rollout.workers run on Ray"
         raise UserError(f"{what}, which is not installed: pip install 'agentgym-rl[ray]'")
     if not config.env.urls:  # an env server has what its environment needs, not this machine
         registry.check_installed(config.env.id, config.env.kwargs)
