@@ -39,8 +39,8 @@ def test_the_training_figure_has_success_turns_loss_and_kl_panels_on_integer_ste
         assert {"train success", "train reward", "validation success"} <= set(success.get_legend_handles_labels()[1])
         assert success.get_ylim()[0] < 1 / 7 - 0.3  # the lowest reward, below 0, stays in view
         assert "loss" in loss.get_legend_handles_labels()[1]
-        assert "KL to the sampling policy" in kl.get_legend_handles_labels()[1]
-        assert any("entropy: logged when" in text.get_text() for text in kl.texts)
+        assert "policy drift: KL to the sampling policy" in kl.get_legend_handles_labels()[1]
+        assert any("no update logged yet" in text.get_text() for text in kl.texts)  # no entropy in these rows
         # The horizon is drawn over the turns used, which sit on it here.
         lines = {line.get_label(): line for line in turns.lines}
         assert lines["horizon (max turns)"].get_zorder() > lines["mean turns used"].get_zorder()
@@ -59,11 +59,39 @@ def test_a_logged_entropy_gets_its_own_axis():
     try:
         entropy_axis = fig.axes[4]  # the KL panel's twin
         assert entropy_axis.get_ylabel() == "entropy (nats)"
-        assert not any("entropy: logged when" in text.get_text() for text in fig.axes[3].texts)
+        assert not any("no update logged yet" in text.get_text() for text in fig.axes[3].texts)
         legend = [text.get_text() for text in fig.axes[3].get_legend().get_texts()]
-        assert "entropy (mean of 3 steps)" in legend and "KL to the sampling policy (mean of 3 steps)" in legend
+        assert "entropy (mean of 3 steps)" in legend
+        assert "policy drift: KL to the sampling policy (mean of 3 steps)" in legend
     finally:
         plt.close(fig)
+
+
+def test_a_one_step_run_shows_its_point_and_a_long_run_its_lines():
+    import matplotlib.pyplot as plt
+
+    for steps, marked in ((1, True), (40, False)):
+        fig = training_figure(_rows(steps, entropy=True), "run")
+        try:
+            lines = {line.get_label(): line for ax in fig.axes for line in ax.lines}
+            for label in ("train success", "mean turns used", "loss", "horizon (max turns)"):
+                line = next(line for name, line in lines.items() if name.startswith(label))
+                assert (line.get_marker() not in (None, "None", "")) == marked, (steps, label)
+        finally:
+            plt.close(fig)
+
+
+def test_the_title_names_the_algorithm_and_the_schedule(tmp_path):
+    from agentgym_rl.eval.plots import run_title
+
+    run = tmp_path / "mine"
+    run.mkdir()
+    rows = _rows(4, entropy=False)
+    assert run_title(run, rows) == "mine: ScalingInter-RL horizons 4 → 6"  # no config: the horizons logged
+    (run / "config.yaml").write_text("algo: {name: grpo}\nschedule: {kind: stepwise, horizons: [6, 13, 20], every: 50}\n")
+    assert run_title(run, rows) == "mine: grpo, ScalingInter-RL horizons 6 → 13 → 20 every 50 steps"
+    (run / "config.yaml").write_text("algo: {name: ppo}\nschedule: {kind: fixed, horizons: [8], every: 100}\n")
+    assert run_title(run, rows) == "mine: ppo, fixed horizon 8"
 
 
 def test_bench_plots_mark_each_env_and_keep_100_percent_off_the_frame(tmp_path, monkeypatch):

@@ -66,8 +66,10 @@ def test_train_writes_a_complete_run_folder(tmp_path):
         assert f"success {row['train/success']:.2f}" in line and f"reward {row['train/reward']:.3f}" in line
         assert "tokens/s" in line and row["time/rollout_tokens_per_s"] > 0
         assert row["time/step_s"] >= row["time/rollout_s"] + row["time/update_s"] > 0
+        assert f"± {row['train/reward_std']:.3f}" in line and f"reply {row['train/reply_tokens']:.1f}" in line
         if "update/loss" in row:
             assert f"loss {row['update/loss']:.4g}" in line and "grad_norm" in line
+            assert f"lr {row['update/lr']:.2g}" in line and f"entropy {row['update/entropy']:.3f}" in line
     output = result.stdout + result.stderr
     drawn = [match.start() for match in re.finditer(r"\r|\x1b|\d+%\|", output)]  # tqdm draws "NN%|" and \r
     assert not drawn, [output[max(0, at - 200):at + 100] for at in drawn[:3]]
@@ -664,11 +666,18 @@ def test_renamed_copies_of_an_env_without_them_are_a_user_error(tmp_path, capsys
 def test_a_step_line_shows_what_the_step_logged():
     from agentgym_rl.train.console import step_line
 
-    metrics = {"horizon": 8, "train/success": 0.25, "train/reward": 0.3125, "update/loss": -0.012344,
-               "update/grad_norm": 1.2345, "update/clip_fraction": 0.0213, "time/rollout_tokens_per_s": 411.6,
-               "time/rollout_s": 4.0, "time/update_s": 2.06}
-    assert step_line(3, 30, metrics) == ("step 3/30  horizon 8  success 0.25  reward 0.312  loss -0.01234  "
-                                         "grad_norm 1.23  clip 0.021  tokens/s 412  6.1 s")
+    metrics = {"horizon": 8, "train/success": 0.25, "train/reward": 0.3125, "train/reward_std": 0.1,
+               "train/reply_tokens": 12.25, "update/loss": -0.012344, "update/lr": 1e-6, "update/entropy": 1.4567,
+               "update/grad_norm": 1.2345, "update/approx_kl": 0.0031, "update/clip_fraction": 0.0213,
+               "update/optimizer_steps": 4, "time/rollout_tokens_per_s": 411.6, "time/rollout_s": 4.0,
+               "time/update_s": 2.06, "time/step_s": 5.2}
+    assert step_line(3, 30, metrics) == ("step 3/30  horizon 8  success 0.25  reward 0.312 ± 0.100  reply 12.2  "
+                                         "loss -0.01234  lr 1e-06  entropy 1.457  grad_norm 1.23  drift_kl 0.0031  "
+                                         "clipped 0.021  tokens/s 412  5.2 s")
+    # One optimizer step: its only minibatch was scored by the weights that sampled it, so the
+    # drift figures read 0 by construction and are left out.
+    one_pass = step_line(3, 30, {**metrics, "update/optimizer_steps": 1})
+    assert "drift_kl" not in one_pass and "clipped" not in one_pass and "entropy 1.457" in one_pass
     # A step that updated nothing has no loss: left out, not printed as 0.
     assert step_line(1, 2, {"horizon": 2, "train/success": 0.0}) == "step 1/2  horizon 2  success 0.00  0.0 s"
 

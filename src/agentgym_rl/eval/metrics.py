@@ -61,8 +61,9 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
     Trajectories of one item are its samples; k defaults to the number of samples per item.
 
     Returns:
-        {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "avg_turns",
-         "invalid_action_rate", "idle_turn_rate" (accepted turns that changed nothing,
+        {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "reward_std" (the
+         spread of episode rewards, population SD), "avg_turns", "reply_tokens" (mean trained
+         tokens per turn: a reply's length), "invalid_action_rate", "idle_turn_rate" (accepted turns that changed nothing,
          `Trajectory.idle_turns`, per turn), "errors", "by_category": {name: success}, "pass_at_k_by_category",
          "by_env": {env_id: {"success", "avg_reward"}} (one entry unless the trajectories come from
          several environments, e.g. a mix)}
@@ -81,14 +82,17 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
         categories[ts[0].category] += ts
         category_items[ts[0].category].append(item)
     turns = sum(t.turns for t in trajectories)
+    avg_reward = sum(t.reward for t in trajectories) / len(trajectories)
     return {
         "episodes": len(by_item),
         "samples": samples,
         "success": sum(t.success for t in trajectories) / len(trajectories),
         "pass_at_k": sum(item_pass.values()) / len(item_pass),
         "k": k,
-        "avg_reward": sum(t.reward for t in trajectories) / len(trajectories),
+        "avg_reward": avg_reward,
+        "reward_std": sqrt(sum((t.reward - avg_reward) ** 2 for t in trajectories) / len(trajectories)),
         "avg_turns": turns / len(trajectories),
+        "reply_tokens": sum(sum(t.loss_mask) for t in trajectories) / max(turns, 1),
         "invalid_action_rate": sum(t.invalid_actions for t in trajectories) / max(turns, 1),
         "idle_turn_rate": sum(len(t.idle_turns) for t in trajectories) / max(turns, 1),
         "errors": sum(t.error is not None for t in trajectories),

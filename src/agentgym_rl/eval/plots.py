@@ -8,6 +8,10 @@ from typing import Any
 from ..runs import read_metrics
 
 
+MARKED_POINTS = 30
+"""Curves of at most this many steps get a marker at each step (a one-step run: a visible point)."""
+
+
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     picked = [(r["step"], r[key]) for r in rows if key in r]
     return [s for s, _ in picked], [v for _, v in picked]
@@ -36,10 +40,30 @@ def smoothing_window(steps: int) -> int:
     return max(1, min(20, steps // 10))
 
 
+def run_title(run_dir: Path, rows: list[dict]) -> str:
+    """The plot's title: the run's name, algorithm and horizon schedule, read from its
+    `config.yaml` (without one, the horizons its steps logged)."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    config = yaml.safe_load(path.read_text()) if path.is_file() else None
+    config = config if isinstance(config, dict) else {}
+    schedule = config.get("schedule") if isinstance(config.get("schedule"), dict) else {}
+    horizons = schedule.get("horizons") or list(dict.fromkeys(_series(rows, "horizon")[1]))
+    if schedule.get("kind", "stepwise") == "stepwise" and len(horizons) > 1:
+        every = f" every {schedule['every']} steps" if schedule.get("every") else ""
+        horizon = "ScalingInter-RL horizons " + " → ".join(map(str, horizons)) + every
+    else:
+        horizon = f"fixed horizon {horizons[0]}" if horizons else "no step logged"
+    algorithm = (config.get("algo") or {}).get("name") if isinstance(config.get("algo"), dict) else None
+    return f"{run_dir.name}: " + ", ".join(part for part in (algorithm, horizon) if part)
+
+
 def plot_run(run_dir: str | Path) -> Path:
     """Write `report/training.png` (`training_figure` of the run's metrics). Returns its path."""
     run = Path(run_dir)
-    fig = training_figure(read_metrics(run), f"{run.name}: ScalingInter-RL training")
+    rows = read_metrics(run)
+    fig = training_figure(rows, run_title(run, rows))
     import matplotlib.pyplot as plt  # after training_figure chose the Agg backend
 
     out = run / "report" / "training.png"
@@ -84,8 +108,9 @@ def training_figure(rows: list[dict], title: str) -> Any:
             return False
         if window > 1:
             ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+        marks = {"marker": "o", "markersize": 3} if len(steps) <= MARKED_POINTS else {}  # one step: a point
         ax.plot(steps, trailing_mean(values, window), color=color, label=label + mean_label,
-                **{"linewidth": 2, **style})
+                **{"linewidth": 2, **marks, **style})
         return True
 
     trend(success_ax, "train/success", "tab:blue", "train success")
@@ -109,7 +134,8 @@ def training_figure(rows: list[dict], title: str) -> Any:
     # Drawn after the turns and dashed: the turns used often sit on the horizon.
     h_steps, horizon = _series(rows, "horizon")
     turns_ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
-                  label="horizon (max turns)")
+                  label="horizon (max turns)", **({"marker": "_", "markersize": 10} if len(h_steps) <= MARKED_POINTS
+                                                 else {}))
     highest = max([*horizon, *_series(rows, "train/turns")[1]], default=1)
     turns_ax.set_ylim(0, highest * 1.15 + 0.5)  # room above the horizon: a line on the frame is lost
     turns_ax.set_ylabel("turns")
@@ -120,7 +146,7 @@ def training_figure(rows: list[dict], title: str) -> Any:
     loss_ax.set_ylabel("loss")
     loss_ax.set_title("loss", fontsize="medium")
 
-    trend(kl_ax, "update/approx_kl", "tab:cyan", "KL to the sampling policy")
+    trend(kl_ax, "update/approx_kl", "tab:cyan", "policy drift: KL to the sampling policy")
     trend(kl_ax, "update/kl", "tab:olive", "KL to the reference")
     kl_ax.set_ylabel("KL")
     entropy_ax = kl_ax.twinx()
@@ -128,7 +154,7 @@ def training_figure(rows: list[dict], title: str) -> Any:
         entropy_ax.set_ylabel("entropy (nats)")
     else:
         entropy_ax.set_yticks([])
-        kl_ax.text(0.98, 0.95, "entropy: logged when algo.entropy_coef > 0", transform=kl_ax.transAxes,
+        kl_ax.text(0.98, 0.95, "no update logged yet", transform=kl_ax.transAxes,
                    ha="right", va="top", fontsize="small", color="grey")
     kl_ax.set_title("KL and entropy", fontsize="medium")
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..algos import token_entropy
+from ..algos import entropy_loss, token_entropy
 from ..agent.allocator import release_free_memory
 from ..agent.attention import NAME, use_grouped_attention
 from ..config import OptimConfig
@@ -48,7 +48,7 @@ vocabulary fits most micro-batches in one chunk."""
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
                   entropy: bool = False, temperature: float = 1.0, chunk: int | None = LOGIT_CHUNK,
                   positions: torch.Tensor | None = None, trees: list[TreeRow] | None = None,
-                  autocast: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+                  autocast: torch.dtype | None = None, measure_entropy: bool = False) -> dict[str, torch.Tensor]:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
 
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
@@ -83,7 +83,8 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
         "values": (B, T) with out[:, t] = V(ids[:t]), the value of the state in which token t
             is chosen (same alignment as the logprobs), out[:, 0] = 0;
-        "entropy": (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0;
+        "entropy" (with `entropy`, or `measure_entropy` for a detached copy the learner logs):
+            (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0;
         "right_logprobs" (when the batch has `right_ids`, (B, T, K) with -1 padding): (B, T)
             log of the probability that token t is one of right_ids[:, t], 0 where it has none.
     """
@@ -115,7 +116,7 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         with trunk:
             result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
                            use_cache=False)
-        scores = _scores(result.logits[:, :-1], targets, right, temperature, entropy)
+        scores = _scores(result.logits[:, :-1], targets, right, temperature, entropy, measure_entropy)
         if wanted is not None:
             scores = tuple(torch.where(wanted, score, 0.0) for score in scores)
         hidden = result.hidden_states[-1][:, :-1] if value_head is not None else None
@@ -130,19 +131,19 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
             hidden = hidden.to(head.weight.dtype)
         if wanted is None:
             width = max(1, chunk // (max(1, hidden.shape[0]) * head.weight.shape[0]))  # positions per chunk
-            scores = _chunked_scores(head, hidden, targets, right, temperature, entropy, width)
+            scores = _chunked_scores(head, hidden, targets, right, temperature, entropy, measure_entropy, width)
         else:
             # The wanted positions of every row as one row of N, then back in place (0 elsewhere).
             width = max(1, chunk // head.weight.shape[0])
             picked = _chunked_scores(head, hidden[wanted][None], targets[wanted][None],
                                      right[wanted][None] if right is not None else None, temperature, entropy,
-                                     width)
+                                     measure_entropy, width)
             scores = tuple(hidden.new_zeros(wanted.shape, dtype=score.dtype).masked_scatter(wanted, score[0])
                            for score in picked)
     out = {"logprobs": _shift(scores[0])}
     if right is not None:
         out["right_logprobs"] = _shift(scores[1])
-    if entropy:
+    if entropy or measure_entropy:
         out["entropy"] = _shift(scores[-1])
     if value_head is not None:
         out["values"] = _shift(value_head(hidden.float()).squeeze(-1))
@@ -178,9 +179,10 @@ def tree_hidden_state(model: Any, batch: TokenBatch, trees: list[TreeRow]) -> to
 
 
 def _scores(logits: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None, temperature: float,
-            entropy: bool) -> tuple[torch.Tensor, ...]:
+            entropy: bool, measure_entropy: bool = False) -> tuple[torch.Tensor, ...]:
     """What `token_outputs` returns, from (B, C, V) logits of the positions predicting
-    `targets` (B, C): (picked logprobs, [right-token logprobs], [entropies]), each (B, C)."""
+    `targets` (B, C): (picked logprobs, [right-token logprobs], [entropies]), each (B, C); the
+    entropies carry a gradient with `entropy`, none with only `measure_entropy`."""
     logits = logits.float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
     out = [logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)]
@@ -193,18 +195,21 @@ def _scores(logits: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | N
         out.append(torch.logsumexp(torch.cat([each, none], -1), -1))
     if entropy:
         out.append(token_entropy(logits))
+    elif measure_entropy:
+        with torch.no_grad():
+            out.append(token_entropy(logits))
     return tuple(out)
 
 
 def _chunked_scores(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None,
-                    temperature: float, entropy: bool, width: int) -> tuple[torch.Tensor, ...]:
+                    temperature: float, entropy: bool, measure_entropy: bool, width: int) -> tuple[torch.Tensor, ...]:
     """`_scores` of `head(hidden)`, `width` positions at a time; under autograd, when there is
     more than one chunk, each chunk's logits are recomputed in the backward pass (activation
     checkpointing) instead of kept."""
     from torch.utils.checkpoint import checkpoint
 
     def score(part: torch.Tensor, part_targets: torch.Tensor, part_right: torch.Tensor | None) -> tuple:
-        return _scores(head(part), part_targets, part_right, temperature, entropy)
+        return _scores(head(part), part_targets, part_right, temperature, entropy, measure_entropy)
 
     parts = []
     recompute = torch.is_grad_enabled() and hidden.shape[1] > width
@@ -214,7 +219,7 @@ def _chunked_scores(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
         parts.append(checkpoint(score, *args, use_reentrant=False) if recompute else score(*args))
     if not parts:  # one-token rows predict nothing
         return tuple(hidden.new_zeros(hidden.shape[:2], dtype=torch.float32)
-                     for _ in range(1 + (right is not None) + entropy))
+                     for _ in range(1 + (right is not None) + (entropy or measure_entropy)))
     return tuple(torch.cat(column, dim=1) for column in zip(*parts))
 
 
@@ -457,10 +462,13 @@ class Learner:
                 continue
             # A mean over rows, scaled by `share` below, must weigh each row 1 / rows in all.
             micro.row_weights = torch.full((micro.size,), 1.0 / (rows * share), device=micro.input_ids.device)
-            loss, metrics = loss_fn(micro, token_outputs(self.model, micro, self.value_head, self.entropy,
-                                                         self.temperature, self._chunk(self.model),
-                                                         positions=micro.trained_positions(), trees=trees,
-                                                         autocast=self.autocast))
+            outputs = token_outputs(self.model, micro, self.value_head, self.entropy, self.temperature,
+                                    self._chunk(self.model), positions=micro.trained_positions(), trees=trees,
+                                    autocast=self.autocast, measure_entropy=True)
+            loss, metrics = loss_fn(micro, outputs)
+            if "entropy" not in metrics:  # no entropy term in the loss: the policy's entropy, measured
+                metrics["entropy"] = entropy_loss(micro.loss_mask, entropy=outputs["entropy"])[1]["entropy"]
+            del outputs
             (loss * share).backward()
             if self.device.type == "cpu":
                 # A micro-batch's freed activations are holes in glibc's heap; handed back now,
@@ -476,6 +484,7 @@ class Learner:
         # With max_norm=inf this only measures the norm.
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip or float("inf"))
         summed["grad_norm"] = float(grad_norm)
+        summed["lr"] = self.optimizer.param_groups[0]["lr"]
         summed["skipped"] = float(skip_above is not None and summed.get(skip_above[0], 0.0) > skip_above[1])
         if not summed["skipped"]:
             self.optimizer.step()

@@ -583,6 +583,7 @@ class RLTrainer(Trainer):
         horizon = self.schedule.horizon(step - 1)
         step_metrics = {
             "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
+            "train/reward_std": stats["reward_std"], "train/reply_tokens": stats["reply_tokens"],
             "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
             "train/idle_turn_rate": stats["idle_turn_rate"], "train/errors": stats["errors"], **update_metrics,
             "time/rollout_tokens_per_s": generated / max(played.rollout_s, 1e-9),
