@@ -150,7 +150,16 @@ def test_eval_expert_writes_the_contracted_json(tmp_path):
     for key in ("env", "split", "episodes", "success", "pass_at_k", "avg_reward", "by_category"):
         assert key in summary
     assert summary["env"] == "babyai" and summary["episodes"] == 20 and summary["success"] == 1.0
+    assert summary["temperature"] == 0.0  # greedy unless told, as the published figures are
     assert "overall" in result.stdout
+
+
+def test_eval_is_greedy_unless_told():
+    from agentgym_rl.cli import _play_config
+
+    flags = {"--env": "babyai", "--temperature": None}
+    assert _play_config("expert", None, flags, None, None)[0].eval.temperature == 0.0  # what eval builds
+    assert _play_config("expert", None, {**flags, "--temperature": 0.7}, None, None)[0].eval.temperature == 0.7
 
 
 def test_eval_random_policy_is_poor(tmp_path):

@@ -105,7 +105,9 @@ ITEMS = typer.Option(None, help="Which N items: 'stratified' (spread over the sp
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
 MAX_TURNS = typer.Option(None, help="Turn limit (eval.max_turns; default: the environment's).")
 TEMPERATURE = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy (eval.temperature; "
-                           "default 1).")
+                           "default 0: greedy, as the published figures are).")
+COLLECT_TEMPERATURE = 1.0
+"""`collect` samples (demonstrations, DPO pairs) unless told otherwise."""
 MAX_NEW_TOKENS = typer.Option(None, help="Token limit of one reply of a model policy (rollout.max_new_tokens; "
                               "default 48, the quickstart's 12).")
 SEED = typer.Option(None, help="Seed of resets and the random policy (run.seed).")
@@ -644,7 +646,8 @@ def collect(
                             "({\"messages\": ...}) or trajectory (our records with token ids)."),
     successes_only: bool = typer.Option(False, help="Write only the episodes that succeeded."),
     max_turns: Optional[int] = MAX_TURNS,
-    temperature: Optional[float] = TEMPERATURE,
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy "
+                                                f"(eval.temperature; default {COLLECT_TEMPERATURE:g})."),
     max_new_tokens: Optional[int] = MAX_NEW_TOKENS,
     seed: Optional[int] = SEED,
     env_arg: Optional[List[str]] = ENV_ARG,
@@ -656,8 +659,8 @@ def collect(
     _output_files(out=out)
     config, policy = _play_config(policy, None, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
-        "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
-        "--system-prompt": system_prompt, **({"--items": items} if items else {})}, env_arg, overrides)
+        "--temperature": COLLECT_TEMPERATURE if temperature is None else temperature, "--max-new-tokens": max_new_tokens,
+        "--seed": seed, "--system-prompt": system_prompt, **({"--items": items} if items else {})}, env_arg, overrides)
     result = collect_episodes(config, policy, out, fmt, successes_only)
     summary = result.summary
     dropped = []

@@ -21,8 +21,9 @@ class PlayEvalConfig(EvalConfig):
 
     episodes: NonNegative = 0
     """Items played (0: every item of the split), drawn as `items` says."""
-    temperature: NonNegativeFloat = 1.0
-    """Sampling temperature of a model policy (0 = greedy)."""
+    temperature: NonNegativeFloat = 0.0
+    """Sampling temperature of a model policy (0 = greedy, `eval`'s default, as the published
+    figures are; `collect` samples at 1 unless told otherwise)."""
 
 
 @dataclass(config=SECTION)
