@@ -104,6 +104,8 @@ def test_a_smoke_run_of_the_quickstart_updates_the_policy_and_gives_the_pinned_n
     assert "all 2 steps updated the policy" in out + err
     # The penalty made the difference: some actions were valid, some not.
     assert all(0 < r["train/invalid_action_rate"] < 1 for r in steps)
+    # A smoke run keeps no checkpoint (a SmolLM2 one's weighed 1.6 GB) unless asked.
+    assert not list((tmp_path / "quickstart_smoke").glob("checkpoints/step_*"))
 
     assert len(rows) == len(PINNED)
     # New metrics may join a line; every pinned one must keep its value. The tolerance allows

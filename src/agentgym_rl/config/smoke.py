@@ -11,7 +11,8 @@ step, and takes `algo.invalid_turn_penalty` off the token where a rejected actio
 
 The preset goes before the command's own `key=value` overrides, which can change any of it;
 the run is named `<run.name>_smoke` and started afresh on every smoke run (`run.smoke`: only a
-smoke run's folder is ever replaced, whatever `run.name` says).
+smoke run's folder is ever replaced, whatever `run.name` says). An RL smoke run keeps no
+checkpoint unless its overrides ask for one (`train.save_every=2`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ _EVAL = ["eval.episodes=2", "eval.max_turns=3"]
 _TINY_MODEL = ["model.corpus_episodes=60"]
 _WARMUP = ["warmup.episodes=60", "warmup.epochs=2", "warmup.batch_size=2", "warmup.thoughts=false",
            "warmup.augment=0", "warmup.perturb=0", "warmup.optim.lr=0.001", "warmup.optim.micro_batch_size=2"]
-_RL = ["train.steps=2", "train.validate_every=2", "train.save_every=2", "schedule.kind=fixed",
+# No checkpoint (a SmolLM2 smoke run's was 1.6 GB) and so no journal, which resumes from one:
+# `train.save_every=2` after --smoke keeps one.
+_RL = ["train.steps=2", "train.validate_every=2", "train.save_every=0", "rollout.journal_every=0", "schedule.kind=fixed",
        "env.invalid_action_penalty=0.1", "algo.temperature=0.5"]
 _RL_TINY = ["schedule.horizons=[3]", "algo.tasks_per_step=4", "algo.group_size=8", "algo.minibatch_size=32"]
 # A 135M model's update on the CPU costs ~10 s per episode of two turns (TextCraft's prompt is
