@@ -123,6 +123,18 @@ def test_the_peak_memory_of_a_pass_counts_from_its_start():
     assert quiet is not None and busy - quiet > 0.29
 
 
+def test_each_pass_says_how_it_went_as_it_ends(tmp_path):
+    result = run("bench-agent", "random", "--envs", "babyai,web_nowhere", "--episodes", "2", "--samples", "0",
+                 "--out", str(tmp_path))
+    assert result.returncode == 2 and "unknown environment 'web_nowhere'" in result.stderr  # refused before any work
+    result = run("bench-agent", "random", "--envs", "babyai", "--episodes", "2", "--samples", "0",
+                 "suite.max_turns.babyai=3", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stderr.splitlines() if line.startswith("babyai greedy: success "))
+    assert line.endswith(" s)") and "over 2 episodes" in line
+    assert "# bench-agent: random" in result.stdout  # then the table
+
+
 def test_a_rerun_plays_only_what_is_missing(tmp_path):
     config = suite_config(envs=["babyai"], episodes=6, samples=2, max_turns={"babyai": 5})
     run_suite("random", config, tmp_path, show_progress=False)

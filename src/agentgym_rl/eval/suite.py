@@ -12,6 +12,7 @@ Metric definitions: docs/METRICS.md.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,14 +234,30 @@ def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool =
             try:
                 for run_pass in run_passes:
                     bar.set_description(f"{env_id} {run_pass.name}")
+                    began = time.monotonic()
                     played[run_pass.name] = play_pass(env_id, run_pass, policies, config, out, bar.update)
+                    episodes = played[run_pass.name][0]
+                    if show_progress and episodes:
+                        success = sum(t.success for t in episodes) / len(episodes)
+                        _say(f"{env_id} {run_pass.name}: success {100 * success:.1f}% over {len(episodes)} episodes "
+                             f"({time.monotonic() - began:.0f} s)")
                 results["envs"][env_id] = env_result(env_id, played, config)
             except UserError as error:
                 results["envs"][env_id] = {"max_turns": max_turns(env_id, config), "error": str(error)}
+                if show_progress:
+                    _say(f"{env_id}: not played: {error}")
     from .suite_report import write_outputs
 
     write_outputs(results, out)
     return results
+
+
+def _say(line: str) -> None:
+    """A line on stderr as each pass ends: above the bar on a terminal, plain in a log (whose
+    progress lines come at most once a minute)."""
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
 
 
 def _item_count(env_id: str, config: SuiteConfig) -> int:
