@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast test-vllm smoke bench clean system-packages gpu
+.PHONY: demo test test-fast test-vllm smoke bench clean system-packages gpu docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ gpu: $(VENV)/.installed
 # --overwrite: a second `make demo` trains the demo afresh instead of refusing runs/quickstart.
 demo: $(VENV)/.installed
 	$(BIN)/agentgym-rl quickstart --overwrite
+
+# The docs site into site/ (mkdocs.yml; the reference pages are generated from the code). Strict:
+# a broken link or a missing page fails, as in the tests (tests/test_docs.py).
+# `.venv/bin/mkdocs serve` serves it while you edit.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it hides the warnings strict counts
+	@echo "site/index.html"
 
 # Chromium and Java from Debian's packages, when missing (scripts/system-packages.sh).
 system-packages:

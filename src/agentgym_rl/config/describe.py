@@ -144,6 +144,21 @@ def keys_table(cls: type) -> str:
                      for key, kind, default, text in rows) + "\n"
 
 
+def keys_markdown(cls: type) -> str:
+    """Every key of config class `cls` as Markdown, one table per top-level section (the docs
+    site's config reference: the same rows as `keys_table`)."""
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("<", "&lt;")
+
+    sections: dict[str, list[str]] = {}
+    for key, kind, default, text in config_keys(cls):
+        section = key.split(".")[0]
+        sections.setdefault(section, []).append(
+            f"| `{key}` | {cell(kind)} | `{_flow(default).replace('|', chr(92) + '|')}` | {cell(text)} |")
+    return "\n".join(f"### `{section}`\n\n| key | type | default | what it does |\n|---|---|---|---|\n"
+                     + "\n".join(rows) + "\n" for section, rows in sections.items())
+
+
 def show_config(path: str | Path | None, overrides: list[str], kind: str = "auto", keys: bool = False) -> str:
     """What `agentgym-rl config` prints."""
     cls = config_class(path, kind)
