@@ -43,7 +43,8 @@ def test_eval_spreads_its_items_and_validation_keeps_the_first(tmp_path):
 
 
 def test_one_eval_flag_leaves_the_other_defaults_of_eval(tmp_path):
-    """`--samples 2` alone used to bring training's eval defaults (90 items, temperature 0)."""
+    """`--samples 2` alone used to bring training's eval defaults (90 items, temperature 0: two
+    identical greedy episodes per item); it samples at temperature 1, where eval is greedy."""
     out = tmp_path / "summary.json"
     result = run("eval", "--env", "babyai", "--policy", "random", "--samples", "2", "--max-turns", "1",
                  "--json", str(out))

@@ -104,10 +104,11 @@ ITEMS = typer.Option(None, help="Which N items: 'stratified' (spread over the sp
                      "but --run keeps the run's own) or 'first' (training's validation draws these) (eval.items).")
 SAMPLES = typer.Option(None, help="Samples per item: Avg@n over them, Pass@k with k = samples (eval.samples).")
 MAX_TURNS = typer.Option(None, help="Turn limit (eval.max_turns; default: the environment's).")
+SAMPLED_TEMPERATURE = 1.0
+"""The temperature of `eval --samples K` (K > 1) and of `collect` unless told otherwise."""
 TEMPERATURE = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy (eval.temperature; "
-                           "default 0: greedy, as the published figures are).")
-COLLECT_TEMPERATURE = 1.0
-"""`collect` samples (demonstrations, DPO pairs) unless told otherwise."""
+                           f"default 0: greedy, as the published figures are; {SAMPLED_TEMPERATURE:g} with --samples "
+                           "above 1).")
 MAX_NEW_TOKENS = typer.Option(None, help="Token limit of one reply of a model policy (rollout.max_new_tokens; "
                               "default 48, the quickstart's 12).")
 SEED = typer.Option(None, help="Seed of resets and the random policy (run.seed).")
@@ -236,6 +237,8 @@ def eval_command(
     from .rollout.trajectory import save_trajectories
 
     _output_files(json=json_out, trajectories=trajectories, journal=journal)
+    if temperature is None and samples is not None and samples > 1:
+        temperature = SAMPLED_TEMPERATURE  # several greedy samples of an item would be one episode repeated
     config, policy = _play_config(policy, run, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
@@ -647,7 +650,7 @@ def collect(
     successes_only: bool = typer.Option(False, help="Write only the episodes that succeeded."),
     max_turns: Optional[int] = MAX_TURNS,
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature of a model policy, 0 = greedy "
-                                                f"(eval.temperature; default {COLLECT_TEMPERATURE:g})."),
+                                                f"(eval.temperature; default {SAMPLED_TEMPERATURE:g})."),
     max_new_tokens: Optional[int] = MAX_NEW_TOKENS,
     seed: Optional[int] = SEED,
     env_arg: Optional[List[str]] = ENV_ARG,
@@ -659,7 +662,7 @@ def collect(
     _output_files(out=out)
     config, policy = _play_config(policy, None, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
-        "--temperature": COLLECT_TEMPERATURE if temperature is None else temperature, "--max-new-tokens": max_new_tokens,
+        "--temperature": SAMPLED_TEMPERATURE if temperature is None else temperature, "--max-new-tokens": max_new_tokens,
         "--seed": seed, "--system-prompt": system_prompt, **({"--items": items} if items else {})}, env_arg, overrides)
     result = collect_episodes(config, policy, out, fmt, successes_only)
     summary = result.summary

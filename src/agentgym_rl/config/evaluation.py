@@ -23,7 +23,7 @@ class PlayEvalConfig(EvalConfig):
     """Items played (0: every item of the split), drawn as `items` says."""
     temperature: NonNegativeFloat = 0.0
     """Sampling temperature of a model policy (0 = greedy, `eval`'s default, as the published
-    figures are; `collect` samples at 1 unless told otherwise)."""
+    figures are; `eval --samples K` with K > 1 and `collect` sample at 1 unless told otherwise)."""
 
 
 @dataclass(config=SECTION)
