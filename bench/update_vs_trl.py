@@ -48,7 +48,7 @@ MICRO_BATCH = 8
 
 def grpo_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
     spec = get_algorithm("grpo")
-    return LOSS[spec.policy_loss](outputs["logprobs"], batch.old_logprobs, batch.advantages, batch.loss_mask,
+    return LOSS[spec.policy_loss](outputs.logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask,
                                   clip_eps=spec.clip_eps, aggregation=spec.aggregation, ratio_level=spec.ratio_level)
 
 

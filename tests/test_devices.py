@@ -49,9 +49,9 @@ def test_model_batch_and_cache_follow_bfloat16(tmp_path):
                      logprobs=[0.0] * len(prompt) + generations[0].logprobs)
     batch = collate([row], run.tokenizer.pad_token_id)
     scored = run.learner.outputs(batch)
-    assert scored["logprobs"].dtype == torch.float32 and scored["values"].dtype == torch.float32
+    assert scored.logprobs.dtype == torch.float32 and scored.values.dtype == torch.float32
     before = [p.detach().clone() for p in run.learner.parameters()]
-    run.learner.update(batch, lambda b, out: (-(out["logprobs"] * b.loss_mask).sum(), {}))
+    run.learner.update(batch, lambda b, out: (-(out.logprobs * b.loss_mask).sum(), {}))
     assert any(not torch.equal(a, b) for a, b in zip(before, run.learner.parameters()))
 
 

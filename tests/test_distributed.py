@@ -47,8 +47,8 @@ def global_batch(learner: Learner) -> TokenBatch:
 
 def ppo_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]):
     """PPO-clip plus a critic's squared error (regressed on the advantages), so the value head learns too."""
-    loss, metrics = LOSS["ppo_clip"](outputs["logprobs"], batch.old_logprobs, batch.advantages, batch.loss_mask)
-    value_error = ((outputs["values"] - batch.advantages) ** 2 * batch.loss_mask).sum() / batch.loss_mask.sum()
+    loss, metrics = LOSS["ppo_clip"](outputs.logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask)
+    value_error = ((outputs.values - batch.advantages) ** 2 * batch.loss_mask).sum() / batch.loss_mask.sum()
     return loss + value_error, metrics
 
 

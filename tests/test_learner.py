@@ -18,6 +18,11 @@ SMALL = TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=
                         max_positions=64)
 
 
+def present(out) -> dict:
+    """The outputs `token_outputs` gave, by name."""
+    return {name: value for name, value in vars(out).items() if value is not None}
+
+
 def _batch(tokenizer):
     rows = [[5, 6, 7, 8, 9], [5, 6, 7], [10, 11, 12, 13], [14, 15]]
     masks = [[0, 0, 1, 1, 1], [0, 1, 1], [0, 0, 0, 1], [0, 1]]
@@ -63,10 +68,10 @@ def test_right_logprobs_are_the_log_total_probability_of_the_listed_tokens(tiny_
     assert batch.right_ids.shape == (2, 5, 2) and batch.right_ids[0, 3].tolist() == [20, 21]
     out = token_outputs(model, batch)
     probs = torch.softmax(model(input_ids=batch.input_ids[:1, :3]).logits[0, 2], -1)  # predicts token 3
-    assert torch.allclose(out["right_logprobs"][0, 3], (probs[20] + probs[21]).log(), atol=1e-5)
+    assert torch.allclose(out.right_logprobs[0, 3], (probs[20] + probs[21]).log(), atol=1e-5)
     # Elsewhere 0, and no NaN flows back from the positions that list nothing.
-    assert out["right_logprobs"][0, :3].eq(0).all() and out["right_logprobs"][1].eq(0).all()
-    out["right_logprobs"].sum().backward()
+    assert out.right_logprobs[0, :3].eq(0).all() and out.right_logprobs[1].eq(0).all()
+    out.right_logprobs.sum().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
@@ -110,7 +115,7 @@ def test_a_mean_over_rows_adds_up_across_micro_batches_weighed_by_tokens(tiny_to
         model = build_model(tiny_tokenizer, SMALL)  # the same weights every time (seeded)
         learner = Learner(model, OptimConfig(lr=0.1, micro_batch_size=micro_batch_size, grad_clip=0))
         learner.update(batch, lambda micro, out: right_token_loss(
-            out["right_logprobs"], micro.right_token_positions(), micro.row_weights if weighed else None), "tokens")
+            out.right_logprobs, micro.right_token_positions(), micro.row_weights if weighed else None), "tokens")
         return [p.grad.clone() for p in model.parameters() if p.grad is not None]
 
     whole = gradients(4, True)
@@ -180,8 +185,8 @@ def test_logits_made_in_chunks_score_and_train_as_logits_made_whole(tiny_tokeniz
     for chunk in (None, 4 * len(tiny_tokenizer)):  # 4 logit rows over 2 rows: chunks of 2 positions
         model.zero_grad()
         out = token_outputs(model, batch, head, entropy=True, temperature=0.7, chunk=chunk)
-        sum(value.sum() for value in out.values()).backward()
-        results.append(({k: v.detach() for k, v in out.items()}, [p.grad.clone() for p in model.parameters()]))
+        sum(value.sum() for value in present(out).values()).backward()
+        results.append(({k: v.detach() for k, v in present(out).items()}, [p.grad.clone() for p in model.parameters()]))
     (whole, whole_grads), (chunked, chunked_grads) = results
     assert set(whole) == set(chunked) == {"logprobs", "entropy", "right_logprobs", "values"}
     for key in whole:
@@ -211,9 +216,9 @@ def test_scoring_only_the_wanted_positions_gives_their_outputs_and_gradients(tin
     for positions in (None, wanted):
         model.zero_grad()
         out = token_outputs(model, batch, head, entropy=True, temperature=0.7, chunk=chunk, positions=positions)
-        loss = sum((value * wanted).sum() for key, value in out.items() if key != "values") + out["values"].sum()
+        loss = sum((value * wanted).sum() for key, value in present(out).items() if key != "values") + out.values.sum()
         loss.backward()
-        results.append(({k: v.detach() for k, v in out.items()}, [p.grad.clone() for p in model.parameters()]))
+        results.append(({k: v.detach() for k, v in present(out).items()}, [p.grad.clone() for p in model.parameters()]))
     (every, every_grads), (some, some_grads) = results
     for key in ("logprobs", "entropy", "right_logprobs"):
         assert torch.allclose(every[key] * wanted, some[key], atol=1e-6), key
@@ -271,8 +276,8 @@ def test_autocast_runs_the_trunk_in_bfloat16_and_keeps_scores_and_gradients_floa
         out = token_outputs(model, batch, autocast=dtype, positions=batch.loss_mask)
         for hook in hooks:
             hook.remove()
-        (out["logprobs"] * batch.loss_mask).sum().backward()
-        results[dtype] = (seen, out["logprobs"].detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+        (out.logprobs * batch.loss_mask).sum().backward()
+        results[dtype] = (seen, out.logprobs.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
     (plain_seen, plain, plain_grads), (cast_seen, cast, cast_grads) = results[None], results[torch.bfloat16]
     # A layer of the trunk first; last the output head that scores (after the trunk: outside
     # autocast; the model's own forward also runs its head, on one position, which is unused).

@@ -92,9 +92,9 @@ def test_tree_rows_score_and_train_as_the_padded_batch(tiny_tokenizer):
         head.zero_grad()
         out = token_outputs(model, micro, head, entropy=True, temperature=0.8, trees=layout)
         mask = micro.loss_mask
-        loss = ((out["logprobs"] + out["entropy"]) * mask).sum() + (out["values"] * micro.attention_mask).sum()
+        loss = ((out.logprobs + out.entropy) * mask).sum() + (out.values * micro.attention_mask).sum()
         loss.backward()
-        results.append(({k: v.detach() for k, v in out.items()},
+        results.append(({k: v.detach() for k, v in vars(out).items() if v is not None},
                         [p.grad.clone() for p in [*model.parameters(), *head.parameters()]]))
     (padded, padded_grads), (tree, tree_grads) = results
     real = micro.attention_mask.bool()

@@ -517,7 +517,7 @@ def test_truncated_importance_sampling_reweights_a_generator_that_differs(tmp_pa
     trainer._setup(resume=False)
     rows = [Trajectory("counter", "counter_1", "goal1", group=0, input_ids=[5, 6, 7, 8], loss_mask=[0, 0, 1, 1],
                        logprobs=[0.0] * 4, turn_rewards=[reward]) for reward in (1.0, 0.0)]
-    learner = trainer.learner.outputs(collate(rows, trainer.tokenizer.pad_token_id))["logprobs"]
+    learner = trainer.learner.outputs(collate(rows, trainer.tokenizer.pad_token_id)).logprobs
     for row, shift in zip(rows, (math.log(2), 0.0)):
         row.logprobs = [0.0, 0.0] + [float(lp) - shift for lp in learner[rows.index(row), 2:4]]
     metrics = trainer.update(rows, step=0)

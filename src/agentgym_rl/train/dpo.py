@@ -39,7 +39,7 @@ from ..rollout.formats import load_conversations
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .batch import TokenBatch, collate
 from .finetune import prepare_sft_data
-from .learner import Learner, is_lora
+from .learner import Learner, TokenOutputs, is_lora
 from .pairs import PairStats, build_pairs
 from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
 
@@ -83,8 +83,8 @@ def pair_batch(pairs: list[Pair], reference: dict[int, float], pad_id: int) -> T
 def make_loss(beta: float, label_smoothing: float) -> Callable[[TokenBatch, dict[str, torch.Tensor]], Any]:
     """The Learner loss of interleaved pair rows: DPO on per-trajectory summed logprobs."""
 
-    def loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
-        policy = sequence_logprob(outputs["logprobs"], batch.loss_mask)  # (B,)
+    def loss(batch: TokenBatch, outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
+        policy = sequence_logprob(outputs.logprobs, batch.loss_mask)  # (B,)
         ref = batch.ref_sequence_logprobs
         return dpo_loss(policy[0::2], policy[1::2], ref[0::2], ref[1::2], beta=beta,
                         label_smoothing=label_smoothing)
@@ -124,7 +124,7 @@ class DPOTrainer(Trainer):
         for start in range(0, len(trajectories), chunk):
             rows = trajectories[start:start + chunk]
             batch = collate(rows, pad_id)
-            logprobs = learner.outputs(batch, reference=reference)["logprobs"]
+            logprobs = learner.outputs(batch, reference=reference).logprobs
             for t, value in zip(rows, sequence_logprob(logprobs, batch.loss_mask).tolist()):
                 out[id(t)] = value
         return out

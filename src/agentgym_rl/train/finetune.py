@@ -25,7 +25,7 @@ from ..agent.chat import ChatEncoder
 from ..rollout.formats import sft_messages
 from ..rollout.trajectory import Trajectory
 from .batch import TokenBatch, collate
-from .learner import Learner
+from .learner import Learner, TokenOutputs
 from .packing import collate_packed, pack
 
 
@@ -113,11 +113,11 @@ def with_context_loss(trajectory: Trajectory, weight: float) -> Trajectory:
     return dataclasses.replace(trajectory, loss_mask=mask)
 
 
-def nll_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+def nll_loss(batch: TokenBatch, outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean negative log-likelihood over loss-mask tokens, weighted by the mask's values (0/1
-    unless `with_context_loss` weighted the context); outputs["logprobs"]: (B, T)."""
+    unless `with_context_loss` weighted the context); outputs.logprobs: (B, T)."""
     mask = batch.loss_mask
-    loss = -(outputs["logprobs"] * mask).sum() / mask.sum().clamp(min=torch.finfo(mask.dtype).tiny)
+    loss = -(outputs.logprobs * mask).sum() / mask.sum().clamp(min=torch.finfo(mask.dtype).tiny)
     return loss, {}
 
 

@@ -21,9 +21,30 @@ from .packing import block_causal_mask
 from .precision import autocast_dtype
 from .prefix_sharing import TreeRow, tree_inputs, tree_micro_batches
 
-# loss_fn(batch, outputs) -> (scalar loss, metrics); outputs holds "logprobs" (B, T) and,
-# with a value head, "values" (B, T).
-LossFn = Callable[[TokenBatch, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, float]]]
+@dataclasses.dataclass
+class TokenOutputs:
+    """What one pass of the model gives per token, each (B, T) and aligned with the tokens
+    (out[:, t] is about token t, chosen after ids[:t]; out[:, 0] = 0).
+
+    Attributes:
+        logprobs: log p(ids[t] | ids[:t]) under softmax(logits / temperature).
+        values: V(ids[:t]) of the value head, the value of the state in which token t is chosen.
+        entropy: entropy of the distribution token t was drawn from.
+        right_logprobs: log of the probability that token t is one of the batch's `right_ids`
+            at t (0 where it lists none).
+    """
+
+    logprobs: torch.Tensor
+    values: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    right_logprobs: torch.Tensor | None = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in (self.logprobs, self.values, self.entropy, self.right_logprobs) if t is not None]
+
+
+# loss_fn(batch, outputs) -> (scalar loss, metrics).
+LossFn = Callable[[TokenBatch, TokenOutputs], tuple[torch.Tensor, dict[str, float]]]
 
 
 def _shift(per_position: torch.Tensor) -> torch.Tensor:
@@ -48,7 +69,7 @@ vocabulary fits most micro-batches in one chunk."""
 def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | None = None,
                   entropy: bool = False, temperature: float = 1.0, chunk: int | None = LOGIT_CHUNK,
                   positions: torch.Tensor | None = None, trees: list[TreeRow] | None = None,
-                  autocast: torch.dtype | None = None, measure_entropy: bool = False) -> dict[str, torch.Tensor]:
+                  autocast: torch.dtype | None = None, measure_entropy: bool = False) -> TokenOutputs:
     """Per-token log-probabilities and, on request, values and entropies, in one forward pass.
 
     `temperature` scores the distribution the tokens were sampled from, softmax(logits / T),
@@ -80,31 +101,11 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     forward and autocast too).
 
     Returns:
-        "logprobs": (B, T) with out[:, t] = log p(ids[t] | ids[:t]) and out[:, 0] = 0;
-        "values": (B, T) with out[:, t] = V(ids[:t]), the value of the state in which token t
-            is chosen (same alignment as the logprobs), out[:, 0] = 0;
-        "entropy" (with `entropy`, or `measure_entropy` for a detached copy the learner logs):
-            (B, T) entropy of the distribution token t was drawn from, out[:, 0] = 0;
-        "right_logprobs" (when the batch has `right_ids`, (B, T, K) with -1 padding): (B, T)
-            log of the probability that token t is one of right_ids[:, t], 0 where it has none.
+        `TokenOutputs`: logprobs; values with `value_head`; entropy with `entropy` (with a
+        gradient) or `measure_entropy` (without: what the learner logs); right_logprobs when the
+        batch has `right_ids` ((B, T, K) with -1 padding).
     """
-    if batch.segment_ids is not None:
-        # A packed batch (`train.packing`): attention stays inside each document.
-        dtype = next(model.parameters()).dtype
-        mask = block_causal_mask(batch.segment_ids, dtype)
-        window = getattr(model.config, "sliding_window", None)
-        if "sliding_attention" in (getattr(model.config, "layer_types", None) or []) and window:
-            # A model with sliding-window layers takes one mask per kind of layer.
-            mask = {"full_attention": mask, "sliding_attention": block_causal_mask(batch.segment_ids, dtype, window)}
-        inputs = {"attention_mask": mask, "position_ids": batch.position_ids}
-    elif is_right_padded(batch.attention_mask):
-        # Under a causal mask a real token attends only to earlier positions, all real when the
-        # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA
-        # runs its causal kernel instead of materialising a (B, 1, T, T) mask: a GRPO update on
-        # BabyAI rollouts of 400-3,100 tokens took 20.7 s instead of 34.5 s in micro-batches of 8.
-        inputs = {}
-    else:
-        inputs = {"attention_mask": batch.attention_mask}
+    inputs = _attention_inputs(model, batch)
     targets = batch.input_ids[:, 1:]
     right = batch.right_ids[:, 1:] if batch.right_ids is not None else None
     wanted = positions[:, 1:].bool() if positions is not None else None
@@ -140,14 +141,11 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
                                      measure_entropy, width)
             scores = tuple(hidden.new_zeros(wanted.shape, dtype=score.dtype).masked_scatter(wanted, score[0])
                            for score in picked)
-    out = {"logprobs": _shift(scores[0])}
-    if right is not None:
-        out["right_logprobs"] = _shift(scores[1])
-    if entropy or measure_entropy:
-        out["entropy"] = _shift(scores[-1])
-    if value_head is not None:
-        out["values"] = _shift(value_head(hidden.float()).squeeze(-1))
-    return out
+    return TokenOutputs(
+        logprobs=_shift(scores[0]),
+        values=_shift(value_head(hidden.float()).squeeze(-1)) if value_head is not None else None,
+        entropy=_shift(scores[-1]) if entropy or measure_entropy else None,
+        right_logprobs=_shift(scores[1]) if right is not None else None)
 
 
 def last_hidden_state(model: Any, input_ids: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:
@@ -176,6 +174,27 @@ def tree_hidden_state(model: Any, batch: TokenBatch, trees: list[TreeRow]) -> to
     device = batch.input_ids.device
     hidden = last_hidden_state(model, ids.to(device), {"position_ids": positions.to(device), "prefix_tree": trees})
     return hidden.reshape(-1, hidden.shape[-1])[gather.to(device)]
+
+
+def _attention_inputs(model: Any, batch: TokenBatch) -> dict[str, Any]:
+    """The attention arguments of `batch`'s forward pass: a packed batch's block-causal masks,
+    none for right-padded rows, else the padding mask."""
+    if batch.segment_ids is not None:
+        # A packed batch (`train.packing`): attention stays inside each document.
+        dtype = next(model.parameters()).dtype
+        mask = block_causal_mask(batch.segment_ids, dtype)
+        window = getattr(model.config, "sliding_window", None)
+        if "sliding_attention" in (getattr(model.config, "layer_types", None) or []) and window:
+            # A model with sliding-window layers takes one mask per kind of layer.
+            mask = {"full_attention": mask, "sliding_attention": block_causal_mask(batch.segment_ids, dtype, window)}
+        return {"attention_mask": mask, "position_ids": batch.position_ids}
+    if is_right_padded(batch.attention_mask):
+        # Under a causal mask a real token attends only to earlier positions, all real when the
+        # padding is on the right, so the mask changes nothing the loss reads. Without it SDPA
+        # runs its causal kernel instead of materialising a (B, 1, T, T) mask: a GRPO update on
+        # BabyAI rollouts of 400-3,100 tokens took 20.7 s instead of 34.5 s in micro-batches of 8.
+        return {}
+    return {"attention_mask": batch.attention_mask}
 
 
 def _scores(logits: torch.Tensor, targets: torch.Tensor, right: torch.Tensor | None, temperature: float,
@@ -225,7 +244,7 @@ def _chunked_scores(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.
 
 def token_logprobs(model: Any, batch: TokenBatch) -> torch.Tensor:
     """(B, T) log p(ids[t] | ids[:t]), 0 at t = 0 (see `token_outputs`)."""
-    return token_outputs(model, batch)["logprobs"]
+    return token_outputs(model, batch).logprobs
 
 
 def data_parallel_size() -> int:
@@ -372,7 +391,7 @@ class Learner:
         return params + (list(self.value_head.parameters()) if self.value_head is not None else [])
 
     @torch.no_grad()
-    def outputs(self, batch: TokenBatch, reference: bool = False, model: Any | None = None) -> dict[str, torch.Tensor]:
+    def outputs(self, batch: TokenBatch, reference: bool = False, model: Any | None = None) -> TokenOutputs:
         """(B, T) logprobs on the loss mask (0 elsewhere; values, with a value head, everywhere)
         without gradients, by micro-batch.
 
@@ -388,9 +407,7 @@ class Learner:
         was_training = scorer.training
         scorer.eval()
         shape = batch.input_ids.shape
-        out = {"logprobs": torch.zeros(shape)}
-        if head is not None:
-            out["values"] = torch.zeros(shape)
+        out = TokenOutputs(torch.zeros(shape), values=torch.zeros(shape) if head is not None else None)
         with self.model.disable_adapter() if reference else nullcontext():
             # Only logprobs and values are scored here (the right-token term is a loss only).
             scored = dataclasses.replace(batch, right_ids=None)
@@ -406,14 +423,15 @@ class Learner:
                                              chunk=self._chunk(scorer), positions=micro.trained_positions(),
                                              trees=trees if _attends_by_tree(scorer) else None,
                                              autocast=self.autocast)
-                for key, value in scored_micro.items():
-                    out[key][rows, :width] = value.cpu()
+                out.logprobs[rows, :width] = scored_micro.logprobs.cpu()
+                if head is not None:
+                    out.values[rows, :width] = scored_micro.values.cpu()
         scorer.train(was_training)
         return out
 
     def logprobs(self, batch: TokenBatch, model: Any | None = None, reference: bool = False) -> torch.Tensor:
         """(B, T) token logprobs without gradients (old or reference policy)."""
-        return self.outputs(batch, reference=reference, model=model)["logprobs"]
+        return self.outputs(batch, reference=reference, model=model).logprobs
 
     def update(self, batch: TokenBatch, loss_fn: LossFn, weight_by: str = "tokens",
                skip_above: tuple[str, float] | None = None, group: int = 1) -> dict[str, float]:
@@ -458,7 +476,7 @@ class Learner:
                 if self.sharded:  # a pass adding nothing, so that every rank runs as many
                     outputs = token_outputs(self.model, self._idle_batch(), self.value_head, self.entropy,
                                             self.temperature, self._chunk(self.model), autocast=self.autocast)
-                    (sum(value.sum() for value in outputs.values()) * 0.0).backward()
+                    (sum(value.sum() for value in outputs.tensors()) * 0.0).backward()
                 continue
             # A mean over rows, scaled by `share` below, must weigh each row 1 / rows in all.
             micro.row_weights = torch.full((micro.size,), 1.0 / (rows * share), device=micro.input_ids.device)
@@ -467,7 +485,7 @@ class Learner:
                                     autocast=self.autocast, measure_entropy=True)
             loss, metrics = loss_fn(micro, outputs)
             if "entropy" not in metrics:  # no entropy term in the loss: the policy's entropy, measured
-                metrics["entropy"] = entropy_loss(micro.loss_mask, entropy=outputs["entropy"])[1]["entropy"]
+                metrics["entropy"] = entropy_loss(micro.loss_mask, entropy=outputs.entropy)[1]["entropy"]
             del outputs
             (loss * share).backward()
             if self.device.type == "cpu":

@@ -34,6 +34,7 @@ from . import distributed
 from .asynchronous import PlayedStep, RolloutsAhead, RolloutsNow, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
+from .learner import TokenOutputs
 from .session import Session, Trainer, holds_run_folder
 
 
@@ -860,12 +861,12 @@ class RLTrainer(Trainer):
         if (old and self.config.algo.recompute_old_logprobs) or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if old and self.config.algo.recompute_old_logprobs:
-                self._gap.add(batch.old_logprobs, scored["logprobs"], batch.loss_mask)
+                self._gap.add(batch.old_logprobs, scored.logprobs, batch.loss_mask)
                 if self.algorithm.tis_cap is not None:
                     batch.generator_logprobs = batch.old_logprobs
-                batch.old_logprobs = scored["logprobs"] * batch.loss_mask
+                batch.old_logprobs = scored.logprobs * batch.loss_mask
             if self.algorithm.needs_critic:
-                batch.old_values = scored["values"]
+                batch.old_values = scored.values
         if beta > 0:
             batch.ref_logprobs = self._reference_logprobs(batch)
         return time.time() - began
@@ -875,13 +876,13 @@ class RLTrainer(Trainer):
             return self.learner.logprobs(batch, reference=True)
         return self.learner.logprobs(batch, model=self.reference)
 
-    def _loss(self, batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+    def _loss(self, batch: TokenBatch, outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
         """The recipe's objective (`algos.rl_objective`) on one micro-batch, with β as it is now."""
         if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
-            self._gap.add(batch.old_logprobs, outputs["logprobs"].detach(), batch.loss_mask)
-        old = outputs["logprobs"].detach() * batch.loss_mask if self._old_in_loss else batch.old_logprobs
-        inputs = {"logprobs": outputs["logprobs"], "values": outputs.get("values"), "entropy": outputs.get("entropy"),
-                  "right_logprobs": outputs.get("right_logprobs"), "old_logprobs": old,
+            self._gap.add(batch.old_logprobs, outputs.logprobs.detach(), batch.loss_mask)
+        old = outputs.logprobs.detach() * batch.loss_mask if self._old_in_loss else batch.old_logprobs
+        inputs = {"logprobs": outputs.logprobs, "values": outputs.values, "entropy": outputs.entropy,
+                  "right_logprobs": outputs.right_logprobs, "old_logprobs": old,
                   "generator_logprobs": batch.generator_logprobs, "advantages": batch.advantages,
                   "mask": batch.loss_mask, "old_values": batch.old_values, "returns": batch.returns,
                   "ref_logprobs": batch.ref_logprobs,
