@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import random
 import time
@@ -18,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..algos import (KL, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, make_kl_controller,
+from ..algos import (KL, AlgorithmSpec, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, make_kl_controller,
                      masked_mean, outcome_token_rewards, penalize_tokens, rl_objective)
 from ..config import RLConfig, from_dict, load_yaml, to_dict
 from ..envs import registry
@@ -164,6 +165,25 @@ class LogprobGap:
         return {"rollout/logprob_gap_mean": self.total / self.count, "rollout/logprob_gap_max": self.largest}
 
 
+@dataclasses.dataclass
+class _LossContext:
+    """What the loss of one RL step needs beside its micro-batch (`RLTrainer._loss`).
+
+    Attributes:
+        spec: the recipe with the β in force.
+        gap: the generator's logprobs against the learner's (`rollout/logprob_gap_*`).
+        gap_in_loss: measure the gap in the next forward pass (the first minibatch's, whose
+            weights are still those that sampled), when no scoring pass measured it.
+        old_in_loss: the forward pass's own logprobs, detached, are the old ones (an update of
+            one optimizer step), so no scoring pass runs for them.
+    """
+
+    spec: AlgorithmSpec
+    gap: LogprobGap
+    gap_in_loss: bool = False
+    old_in_loss: bool = False
+
+
 def no_update_reason(metrics: dict[str, float]) -> str | None:
     """Why an RL step left the weights as they were, from its metrics (None: it updated)."""
     if metrics["update/trajectories"] == 0:
@@ -289,7 +309,6 @@ class RLTrainer(Trainer):
                                 "episode level alone there")
             self.log(f"warning: {what} and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
-        self._gap, self._gap_in_loss, self._old_in_loss = LogprobGap(), False, False
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         # The tasks a step draws from: one pool, or one per environment of a mix, each giving its
@@ -755,35 +774,58 @@ class RLTrainer(Trainer):
         (`algos.rl_objective`: the policy loss plus value, KL, right-token and entropy terms as
         configured) over shuffled minibatches."""
         algo, beta = self.config.algo, self.kl_control.value
-        # The recipe with the β in force (an adaptive controller moves it), for the advantage
-        # (a KL in the reward) and the objective.
-        spec = self._objective_spec = dataclasses.replace(self.algorithm, kl_coef=beta)
         # An episode cut short by an environment failure has no honest outcome: it is left out
         # (its group compares the others), and counted.
-        failed = sum(t.error is not None for t in trajectories)
         rows = [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
         metrics: dict[str, float] = {"kl_coef": beta, "update/trajectories": 0,
-                                     "update/failed_episodes_left_out": failed}
+                                     "update/failed_episodes_left_out": sum(t.error is not None for t in trajectories)}
         if not rows:
             return metrics
+        # The recipe with the β in force (an adaptive controller moves it), for the advantage
+        # (a KL in the reward) and the objective.
+        context = _LossContext(dataclasses.replace(self.algorithm, kl_coef=beta), LogprobGap(),
+                               gap_in_loss=not algo.recompute_old_logprobs)
+        spec = context.spec
         batch = collate(rows, self.tokenizer.pad_token_id, right_tokens=spec.right_token_coef > 0)
-        mask = batch.loss_mask
-        # The generator's logprobs against the learner's for the same tokens: measured where the
-        # learner scores the rollouts anyway (recomputing old logprobs), else in the first minibatch.
-        self._gap = LogprobGap()
-        self._gap_in_loss = not algo.recompute_old_logprobs
         # Values and a KL in the reward enter the advantages: score every row first. Otherwise
         # only the rows kept for the update are scored (below), which saves a forward pass
         # over the rows of groups without signal.
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
-            metrics["time/score_s"] = self._score(batch, beta)
+            metrics["time/score_s"] = self._score(batch, beta, context.gap)
+        advantages = self._advantages(batch, rows, spec, metrics)
+        keep = self._rows_with_signal(batch, advantages.keep, spec, metrics)
+        metrics["update/trajectories"] = len(keep)
+        if len(keep) == 0:
+            return metrics
+        batch = batch.rows(keep)
+        # In an update of one optimizer step the weights that score the old logprobs are the
+        # ones the step's own forward pass runs with: their logprobs there, detached, are the
+        # old ones (PPO's ratio is 1, as TRL takes it at one iteration), and no pass of their own runs.
+        context.old_in_loss = (algo.recompute_old_logprobs and not score_first and spec.epochs == 1
+                               and len(keep) <= algo.minibatch_size)
+        if context.old_in_loss:
+            context.gap_in_loss = True
+            if spec.tis_cap is not None:
+                batch.generator_logprobs = batch.old_logprobs
+        if not score_first:
+            metrics["time/score_s"] = self._score(batch, beta, context.gap, old=not context.old_in_loss)
+        metrics.update(self._optimize(batch, context, step))
+        metrics.update(context.gap.metrics())
+        if beta > 0 and "update/kl" in metrics:
+            self.kl_control.update(metrics["update/kl"], n_steps=len(rows))
+        return metrics
+
+    def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
+                    metrics: dict[str, float]) -> Any:
+        """Set `batch.advantages` (B, T) and `batch.returns` from the recipe's estimator, then
+        discredit the turns that cannot have helped; returns the estimator's output (its `keep`)."""
+        mask = batch.loss_mask
         fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
-        hparams = spec.advantage_kwargs()  # with the KL in the reward, kl_coef is β
-        if spec.kl_in_reward:
+        if spec.kl_in_reward:  # with the KL in the reward, kl_coef is β
             fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
-                if beta > 0 else torch.zeros_like(mask)
-        out = compute_advantages(spec.advantage, fields, **hparams)
+                if spec.kl_coef > 0 else torch.zeros_like(mask)
+        out = compute_advantages(spec.advantage, fields, **spec.advantage_kwargs())
         metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
         batch.advantages = out.token_advantages(mask)
         # Turns that cannot have helped the outcome: rejected ones, and accepted ones that changed
@@ -803,65 +845,59 @@ class RLTrainer(Trainer):
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
         batch.returns = out.returns
+        return out
+
+    def _rows_with_signal(self, batch: TokenBatch, kept: torch.Tensor, spec: AlgorithmSpec,
+                          metrics: dict[str, float]) -> torch.Tensor:
+        """The indices of the rows the update trains on: those the estimator `kept` (B,) and,
+        unless another term reads them, with a signal (an advantage or a right token)."""
         # A row with zero advantage adds nothing to the policy gradient; without a KL, value or
         # entropy term it adds only compute and tokens to the mean, so it is skipped (as DAPO's
         # dynamic sampling does).
-        other_terms = spec.needs_critic or (beta > 0 and not spec.kl_in_reward) or spec.entropy_coef > 0
-        skip_zero = algo.skip_zero_advantage and not other_terms
+        other_terms = spec.needs_critic or (spec.kl_coef > 0 and not spec.kl_in_reward) or spec.entropy_coef > 0
         signal = batch.advantages.abs().sum(1) > 0
         if batch.right_ids is not None:  # the right-token loss needs no advantage
             has_right = batch.right_token_positions()
             signal |= has_right.any(1)
             metrics["adv/right_token_positions"] = int(has_right.sum())
-        keep = out.keep & signal if skip_zero else out.keep
-        keep = keep.nonzero().squeeze(1)
-        metrics["update/trajectories"] = len(keep)
-        if len(keep) == 0:
-            return metrics
-        batch = batch.rows(keep)
-        # In an update of one optimizer step the weights that score the old logprobs are the
-        # ones the step's own forward pass runs with: their logprobs there, detached, are the
-        # old ones (PPO's ratio is 1, as TRL takes it at one iteration), and no pass of their own runs.
-        self._old_in_loss = (algo.recompute_old_logprobs and not score_first and spec.epochs == 1
-                             and len(keep) <= algo.minibatch_size)
-        if self._old_in_loss:
-            self._gap_in_loss = True
-            if spec.tis_cap is not None:
-                batch.generator_logprobs = batch.old_logprobs
-        if not score_first:
-            metrics["time/score_s"] = self._score(batch, beta, old=not self._old_in_loss)
+        keep = kept & signal if self.config.algo.skip_zero_advantage and not other_terms else kept
+        return keep.nonzero().squeeze(1)
+
+    def _optimize(self, batch: TokenBatch, context: _LossContext, step: int) -> dict[str, float]:
+        """`epochs` passes over shuffled minibatches of `batch`, one optimizer step each; the
+        `update/*` metrics, averaged over the steps."""
+        algo, spec = self.config.algo, context.spec
         rng = torch.Generator().manual_seed(self.config.run.seed * 100_003 + step)
         weight_by = "tokens" if spec.aggregation == "token-mean" else "sequences"
         skip = ("approx_kl", algo.max_kl) if algo.max_kl > 0 else None
+        loss = functools.partial(self._loss, context)
         summed: dict[str, float] = {}
         updates = 0
         for _ in range(spec.epochs):
-            order = torch.randperm(len(keep), generator=rng)
-            for start in range(0, len(keep), algo.minibatch_size):
+            order = torch.randperm(batch.size, generator=rng)
+            for start in range(0, batch.size, algo.minibatch_size):
                 # With torchrun each rank takes every world-th row; the learner sums their gradients.
                 minibatch = batch.rows(order[start:start + algo.minibatch_size][self.rank::self.world])
-                result = self.learner.update(minibatch, self._loss, weight_by, skip_above=skip)
-                self._gap_in_loss = False
+                result = self.learner.update(minibatch, loss, weight_by, skip_above=skip)
+                context.gap_in_loss = False
                 for key, value in result.items():
                     summed[key] = summed.get(key, 0.0) + value
                 updates += 1
-        metrics.update({f"update/{k}": v / updates for k, v in summed.items() if k != "skipped"})
+        metrics = {f"update/{k}": v / updates for k, v in summed.items() if k != "skipped"}
         metrics["update/skipped_steps"] = summed.get("skipped", 0.0)
         metrics["update/optimizer_steps"] = updates
-        metrics.update(self._gap.metrics())
-        if beta > 0 and "kl" in summed:
-            self.kl_control.update(summed["kl"] / updates, n_steps=len(rows))
         return metrics
 
-    def _score(self, batch: TokenBatch, beta: float, old: bool = True) -> float:
-        """Add the rows' old logprobs (recomputed by the learner, unless `old` is False), old
-        values (with a critic) and reference logprobs (with a KL term) to `batch`, in place;
-        returns the seconds taken (part of the step's `time/update_s`)."""
+    def _score(self, batch: TokenBatch, beta: float, gap: LogprobGap, old: bool = True) -> float:
+        """Add the rows' old logprobs (recomputed by the learner, unless `old` is False; `gap`
+        measures them against the generator's), old values (with a critic) and reference
+        logprobs (with a KL term) to `batch`, in place; returns the seconds taken (part of the
+        step's `time/update_s`)."""
         began = time.time()
         if (old and self.config.algo.recompute_old_logprobs) or self.algorithm.needs_critic:
             scored = self.learner.outputs(batch)
             if old and self.config.algo.recompute_old_logprobs:
-                self._gap.add(batch.old_logprobs, scored.logprobs, batch.loss_mask)
+                gap.add(batch.old_logprobs, scored.logprobs, batch.loss_mask)
                 if self.algorithm.tis_cap is not None:
                     batch.generator_logprobs = batch.old_logprobs
                 batch.old_logprobs = scored.logprobs * batch.loss_mask
@@ -876,11 +912,13 @@ class RLTrainer(Trainer):
             return self.learner.logprobs(batch, reference=True)
         return self.learner.logprobs(batch, model=self.reference)
 
-    def _loss(self, batch: TokenBatch, outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
+    @staticmethod
+    def _loss(context: _LossContext, batch: TokenBatch,
+              outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
         """The recipe's objective (`algos.rl_objective`) on one micro-batch, with β as it is now."""
-        if self._gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
-            self._gap.add(batch.old_logprobs, outputs.logprobs.detach(), batch.loss_mask)
-        old = outputs.logprobs.detach() * batch.loss_mask if self._old_in_loss else batch.old_logprobs
+        if context.gap_in_loss:  # before the step's first optimizer step: the sampling policy's weights
+            context.gap.add(batch.old_logprobs, outputs.logprobs.detach(), batch.loss_mask)
+        old = outputs.logprobs.detach() * batch.loss_mask if context.old_in_loss else batch.old_logprobs
         inputs = {"logprobs": outputs.logprobs, "values": outputs.values, "entropy": outputs.entropy,
                   "right_logprobs": outputs.right_logprobs, "old_logprobs": old,
                   "generator_logprobs": batch.generator_logprobs, "advantages": batch.advantages,
@@ -888,7 +926,7 @@ class RLTrainer(Trainer):
                   "ref_logprobs": batch.ref_logprobs,
                   "right_mask": batch.right_token_positions() if batch.right_ids is not None else None,
                   "row_weights": batch.row_weights}
-        return rl_objective(self._objective_spec, inputs)
+        return rl_objective(context.spec, inputs)
 
     # ------------------------------------------------------------------ validate and save
     def validate(self, step: int) -> dict[str, Any]:
