@@ -2,6 +2,7 @@
 
 - reference/config.md: every key of every command's config, from the config classes, as
   `agentgym-rl config --keys` lists them (the same rows: `config.describe.config_keys`);
+- reference/metrics.md: every key of `metrics.jsonl`, from `agentgym_rl.metric_names`;
 - reference/cli.md: every command with its arguments and options, from the Typer app, by
   Typer's own Markdown writer (what `typer agentgym_rl.cli utils docs` prints).
 """
@@ -30,6 +31,30 @@ def config_reference() -> str:
     return "\n".join(pages)
 
 
+def metrics_reference() -> str:
+    from agentgym_rl import metric_names
+
+    rows = "\n".join(f"| `{key}` | {text} |" for key, text in metric_names.DOCS.items())
+    families = "\n".join(f"| `{key}` | {text} |" for key, text in metric_names.FAMILIES.items())
+    return f"""# Training metrics
+
+What a run writes to `metrics.jsonl`, one line per step (and per validation), and sends as it is
+to TensorBoard, Weights & Biases and MLflow; the viewer shows the same names. Generated from
+`src/agentgym_rl/metric_names.py`, where every key is declared once. [Metrics](../METRICS.md)
+defines the episode and split figures (success, Avg@n, Pass@k) they are made of.
+
+| key | what it is |
+|---|---|
+{rows}
+
+Keys built from a name:
+
+| key | what it is |
+|---|---|
+{families}
+"""
+
+
 def cli_reference() -> str:
     import typer.main
     from typer.cli import get_docs_for_click
@@ -43,6 +68,7 @@ def cli_reference() -> str:
 
 
 def on_files(files: Files, config) -> Files:
-    for path, content in (("reference/config.md", config_reference()), ("reference/cli.md", cli_reference())):
+    for path, content in (("reference/config.md", config_reference()), ("reference/cli.md", cli_reference()),
+                          ("reference/metrics.md", metrics_reference())):
         files.append(File.generated(config, path, content=content))
     return files

@@ -50,6 +50,14 @@ def test_the_config_reference_lists_every_key_config_keys_lists(site):
         assert not missing, f"{kind}: keys missing from the config reference: {missing}"
 
 
+def test_the_metrics_reference_describes_every_metric_name(site):
+    from agentgym_rl import metric_names
+
+    text = page_text(site, "reference/metrics")
+    assert all(key in text for key in metric_names.DOCS)
+    assert metric_names.DOCS[metric_names.TRAIN_REWARD_STD] in text
+
+
 def test_the_command_reference_lists_every_command_and_option(site):
     text = page_text(site, "reference/cli")
     group = typer.main.get_command(app)

@@ -20,7 +20,7 @@ from agentgym_rl.rollout.policy import ModelPolicy
 from agentgym_rl.rollout.formats import agenttraj_to_trajectory, sft_messages
 from agentgym_rl.rollout.trajectory import Trajectory
 from agentgym_rl.train.batch import collate
-from agentgym_rl.train.learner import token_logprobs
+from agentgym_rl.train.learner import TokenOutputs, token_logprobs
 from agentgym_rl.train.packing import block_causal_mask, collate_packed, pack
 from agentgym_rl.train.learner import Learner, OptimConfig
 from agentgym_rl.train.finetune import (lr_multiplier, nll_loss, plan_batches, prepare_sft_data, sft_epochs,
@@ -169,7 +169,7 @@ def test_context_loss_weights_the_other_tokens_by_hand():
     assert doc.loss_mask == [0, 0, 1, 1, 0]
     batch = collate([weighted], pad_id=0)
     logprobs = torch.tensor([[0.0, -1.0, -2.0, -3.0, -8.0]])
-    loss, _ = nll_loss(batch, {"logprobs": logprobs})
+    loss, _ = nll_loss(batch, TokenOutputs(logprobs))
     # (0.25 * 1 + 2 + 3 + 0.25 * 8) / (0.25 + 1 + 1 + 0.25) = 7.25 / 2.5; the replies alone: 2.5
     assert loss.item() == pytest.approx(2.9)
 
@@ -195,8 +195,8 @@ def test_packed_rows_score_each_document_as_if_alone(tiny_tokenizer):
     with torch.no_grad():
         crossing = token_logprobs(model, no_mask)
     assert not torch.allclose(crossing[0, 8:10], alone[1, 1:3], atol=1e-3)
-    loss_plain, _ = nll_loss(plain, {"logprobs": alone})
-    loss_packed, _ = nll_loss(packed, {"logprobs": together})
+    loss_plain, _ = nll_loss(plain, TokenOutputs(alone))
+    loss_packed, _ = nll_loss(packed, TokenOutputs(together))
     assert loss_plain.item() == pytest.approx(loss_packed.item(), abs=1e-5)
 
 

@@ -12,6 +12,7 @@ from typing import Any, List, Optional
 
 import typer
 
+from . import metric_names as metric
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -726,8 +727,8 @@ def rft(
     trainer, records = _imitate("rft", config, overrides, overwrite, smoke)
     typer.echo(f"{'round':>5}{'sampled success':>17}{'kept':>6}{'test success':>14}")
     for r in records:
-        sampled = f"{100 * r['sample/success']:.1f}%" if "sample/success" in r else "-"
-        kept = str(r.get("sft/conversations", "-"))
+        sampled = f"{100 * r[metric.SAMPLE_SUCCESS]:.1f}%" if metric.SAMPLE_SUCCESS in r else "-"
+        kept = str(r.get(metric.SFT_CONVERSATIONS, "-"))
         tested = f"{100 * r['eval']['success']:.1f}%" if r["eval"] else "-"
         typer.echo(f"{r['round']:>5}{sampled:>17}{kept:>6}{tested:>14}")
     typer.echo(f"run folder: {trainer.run_dir}  checkpoints: {trainer.run_dir / 'checkpoints'}")

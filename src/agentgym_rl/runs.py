@@ -38,6 +38,7 @@ from .config import PLAYED_SECTIONS, load_yaml, to_dict
 from .errors import DISK_ERRORS, UserError
 from .jsonlines import read_json_lines, warn_on_stderr
 from .trackers import open_trackers, scalars
+from . import metric_names as metric
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
@@ -325,9 +326,9 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 def validated_steps(run_dir: str | Path) -> set[int]:
     """The steps whose validation finished (a `val/success` in `metrics.jsonl`)."""
-    return {row["step"] for row in read_metrics(run_dir) if "val/success" in row}
+    return {row["step"] for row in read_metrics(run_dir) if metric.VAL_SUCCESS in row}
 
 
 def trained_steps(run_dir: str | Path) -> int:
     """The last RL step the run logged (0: none)."""
-    return max((row["step"] for row in read_metrics(run_dir) if "train/success" in row), default=0)
+    return max((row["step"] for row in read_metrics(run_dir) if metric.TRAIN_SUCCESS in row), default=0)

@@ -11,11 +11,12 @@ from typing import Any
 from ..rollout.trajectory import load_trajectories
 from ..runs import read_metrics
 from .metrics import item_success, paired_difference
+from .. import metric_names as metric
 
 
 def validation_curve(run_dir: str | Path) -> dict[int, float]:
     """step → validation success of one run."""
-    return {row["step"]: row["val/success"] for row in read_metrics(run_dir) if "val/success" in row}
+    return {row["step"]: row[metric.VAL_SUCCESS] for row in read_metrics(run_dir) if metric.VAL_SUCCESS in row}
 
 
 def first_and_last_items(run_dir: str | Path) -> tuple[dict[str, float], dict[str, float]] | None:

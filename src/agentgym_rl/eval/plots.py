@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from ..runs import read_metrics
+from .. import metric_names as metric
 
 
 MARKED_POINTS = 30
@@ -49,7 +50,7 @@ def run_title(run_dir: Path, rows: list[dict]) -> str:
     config = yaml.safe_load(path.read_text()) if path.is_file() else None
     config = config if isinstance(config, dict) else {}
     schedule = config.get("schedule") if isinstance(config.get("schedule"), dict) else {}
-    horizons = schedule.get("horizons") or list(dict.fromkeys(_series(rows, "horizon")[1]))
+    horizons = schedule.get("horizons") or list(dict.fromkeys(_series(rows, metric.HORIZON)[1]))
     if schedule.get("kind", "stepwise") == "stepwise" and len(horizons) > 1:
         every = f" every {schedule['every']} steps" if schedule.get("every") else ""
         horizon = "ScalingInter-RL horizons " + " → ".join(map(str, horizons)) + every
@@ -79,9 +80,9 @@ def mixed_envs(rows: list[dict]) -> list[str]:
     found: dict[str, None] = {}
     for row in rows:
         for key in row:
-            parts = key.split("/")
-            if len(parts) == 4 and parts[0] in ("train", "val") and parts[1] == "env":
-                found.setdefault(parts[2], None)
+            env_id = metric.env_of(key)
+            if env_id is not None:
+                found.setdefault(env_id, None)
     return list(found)
 
 
@@ -98,7 +99,7 @@ def training_figure(rows: list[dict], title: str) -> Any:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
     (success_ax, turns_ax), (loss_ax, kl_ax) = axes
-    window = smoothing_window(len(_series(rows, "train/success")[0]))
+    window = smoothing_window(len(_series(rows, metric.TRAIN_SUCCESS)[0]))
     mean_label = f" (mean of {window} steps)" if window > 1 else ""
 
     def trend(ax, key: str, color: str, label: str, **style) -> bool:
@@ -113,44 +114,44 @@ def training_figure(rows: list[dict], title: str) -> Any:
                 **{"linewidth": 2, **marks, **style})
         return True
 
-    trend(success_ax, "train/success", "tab:blue", "train success")
-    trend(success_ax, "train/reward", "tab:orange", "train reward", linestyle="--")
-    val_steps, val_success = _series(rows, "val/success")
+    trend(success_ax, metric.TRAIN_SUCCESS, "tab:blue", "train success")
+    trend(success_ax, metric.TRAIN_REWARD, "tab:orange", "train reward", linestyle="--")
+    val_steps, val_success = _series(rows, metric.VAL_SUCCESS)
     if val_steps:
         success_ax.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
     # A mix of environments: each one's training success (thin) and validation (hollow markers).
     for env_id, color in zip(mixed_envs(rows), ("tab:cyan", "tab:pink", "tab:olive", "tab:gray", "tab:brown")):
-        trend(success_ax, f"train/env/{env_id}/success", color, f"train success: {env_id}", linewidth=1.2)
-        env_steps, env_success = _series(rows, f"val/env/{env_id}/success")
+        trend(success_ax, metric.env_metric("train", env_id, "success"), color, f"train success: {env_id}", linewidth=1.2)
+        env_steps, env_success = _series(rows, metric.env_metric("val", env_id, "success"))
         if env_steps:
             success_ax.plot(env_steps, env_success, "o--", color=color, markerfacecolor="none",
                             label=f"validation: {env_id}")
-    lowest = min(_series(rows, "train/reward")[1], default=0.0)  # rewards go below 0 with penalties
+    lowest = min(_series(rows, metric.TRAIN_REWARD)[1], default=0.0)  # rewards go below 0 with penalties
     success_ax.set_ylim(min(-0.03, lowest - 0.05), 1.03)
     success_ax.set_ylabel("fraction / reward")
     success_ax.set_title("success", fontsize="medium")
 
-    trend(turns_ax, "train/turns", "tab:purple", "mean turns used")
+    trend(turns_ax, metric.TRAIN_TURNS, "tab:purple", "mean turns used")
     # Drawn after the turns and dashed: the turns used often sit on the horizon.
-    h_steps, horizon = _series(rows, "horizon")
+    h_steps, horizon = _series(rows, metric.HORIZON)
     turns_ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
                   label="horizon (max turns)", **({"marker": "_", "markersize": 10} if len(h_steps) <= MARKED_POINTS
                                                  else {}))
-    highest = max([*horizon, *_series(rows, "train/turns")[1]], default=1)
+    highest = max([*horizon, *_series(rows, metric.TRAIN_TURNS)[1]], default=1)
     turns_ax.set_ylim(0, highest * 1.15 + 0.5)  # room above the horizon: a line on the frame is lost
     turns_ax.set_ylabel("turns")
     turns_ax.set_title("interaction horizon", fontsize="medium")
 
-    if not trend(loss_ax, "update/loss", "tab:brown", "loss"):
+    if not trend(loss_ax, metric.UPDATE_LOSS, "tab:brown", "loss"):
         loss_ax.text(0.5, 0.5, "no update logged yet", transform=loss_ax.transAxes, ha="center", color="grey")
     loss_ax.set_ylabel("loss")
     loss_ax.set_title("loss", fontsize="medium")
 
-    trend(kl_ax, "update/approx_kl", "tab:cyan", "policy drift: KL to the sampling policy")
-    trend(kl_ax, "update/kl", "tab:olive", "KL to the reference")
+    trend(kl_ax, metric.UPDATE_APPROX_KL, "tab:cyan", "policy drift: KL to the sampling policy")
+    trend(kl_ax, metric.UPDATE_KL, "tab:olive", "KL to the reference")
     kl_ax.set_ylabel("KL")
     entropy_ax = kl_ax.twinx()
-    if trend(entropy_ax, "update/entropy", "tab:gray", "entropy", linestyle=":"):
+    if trend(entropy_ax, metric.UPDATE_ENTROPY, "tab:gray", "entropy", linestyle=":"):
         entropy_ax.set_ylabel("entropy (nats)")
     else:
         entropy_ax.set_yticks([])

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..rollout.trajectory import Trajectory
+from .. import metric_names as metric
 
 
 @dataclass
@@ -129,7 +130,7 @@ class RolloutsAhead:
 
     def extra_metrics(self, played: PlayedStep) -> dict[str, float]:
         """What a step played ahead adds to its metrics: how stale it was, and the learner's wait."""
-        return {"async/staleness": played.step - played.version, "time/wait_s": played.waited_s}
+        return {metric.ASYNC_STALENESS: played.step - played.version, metric.TIME_WAIT_S: played.waited_s}
 
     def step_done(self, version: int) -> None:
         """The learner finished the update that makes `version`: publish a copy of its weights

@@ -39,6 +39,7 @@ from ..rollout.formats import load_conversations
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .batch import TokenBatch, collate
 from .finetune import prepare_sft_data
+from .. import metric_names as metric
 from .learner import Learner, TokenOutputs, is_lora
 from .pairs import PairStats, build_pairs
 from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
@@ -159,8 +160,8 @@ class DPOTrainer(Trainer):
                      f"dpo.max_tokens={cfg.dpo.max_tokens} or without trained tokens")
         unique = list({id(t): t for pair in pairs for t in pair}.values())
         reference = self.reference_logprobs(learner, unique, tokenizer.pad_token_id)
-        metrics.log(0, {"pairs": len(pairs), "pairs/built": built, "pairs/items": self.pair_stats.items_paired,
-                        "pairs/trajectories": len(unique)})
+        metrics.log(0, {"pairs": len(pairs), metric.pairs("built"): built,
+                        metric.pairs("items"): self.pair_stats.items_paired, metric.pairs("trajectories"): len(unique)})
         loss = make_loss(cfg.dpo.beta, cfg.dpo.label_smoothing)
         rng = random.Random(cfg.run.seed)
         step = 0

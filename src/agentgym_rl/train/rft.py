@@ -29,6 +29,7 @@ from ..envs import registry
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
 from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
+from .. import metric_names as metric
 
 
 def keep_successes(trajectories: list[Trajectory], dedupe: bool) -> list[Trajectory]:
@@ -88,17 +89,17 @@ class RFTTrainer(Trainer):
                          "fine-tune on (start from a model that sometimes succeeds, or raise rft.samples_per_item)")
             record = {
                 "round": round_,
-                "sample/success": sum(t.success for t in sampled) / len(sampled),
-                "sample/items_solved": len({t.item_id for t in sampled if t.success}),
-                "sample/errors": sum(t.error is not None for t in sampled),
-                "sft/conversations": stats.kept, "sft/too_long": stats.too_long, "sft/tokens": stats.trained_tokens,
-                **({"sft/loss_first_epoch": losses[0], "sft/loss_last_epoch": losses[-1]} if losses else {}),
-                "time/sample_s": sampled_s, "time/finetune_s": time.time() - began - sampled_s,
+                metric.SAMPLE_SUCCESS: sum(t.success for t in sampled) / len(sampled),
+                metric.SAMPLE_ITEMS_SOLVED: len({t.item_id for t in sampled if t.success}),
+                metric.SAMPLE_ERRORS: sum(t.error is not None for t in sampled),
+                metric.SFT_CONVERSATIONS: stats.kept, metric.SFT_TOO_LONG: stats.too_long, metric.SFT_TOKENS: stats.trained_tokens,
+                **({metric.SFT_LOSS_FIRST_EPOCH: losses[0], metric.SFT_LOSS_LAST_EPOCH: losses[-1]} if losses else {}),
+                metric.TIME_SAMPLE_S: sampled_s, metric.TIME_FINETUNE_S: time.time() - began - sampled_s,
             }
             session.save(f"round_{round_:03d}")
             metrics.log(round_, {k: v for k, v in record.items() if k != "round"})
             record["eval"] = self._evaluate(session, round_)
-            self.log(f"round {round_}: sampled success {record['sample/success']:.3f} on {len(tasks)} items × "
+            self.log(f"round {round_}: sampled success {record[metric.SAMPLE_SUCCESS]:.3f} on {len(tasks)} items × "
                      f"{rft.samples_per_item}, kept {stats.kept} successes" +
                      (f", eval success {record['eval']['success']:.3f}" if record["eval"] else ""))
             records.append(record)

@@ -37,6 +37,7 @@ from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
 from .learner import TokenOutputs
 from .session import Session, Trainer, holds_run_folder
+from .. import metric_names as metric
 
 
 _clock = time.monotonic
@@ -162,7 +163,7 @@ class LogprobGap:
     def metrics(self) -> dict[str, float]:
         if not self.count:
             return {}
-        return {"rollout/logprob_gap_mean": self.total / self.count, "rollout/logprob_gap_max": self.largest}
+        return {metric.ROLLOUT_LOGPROB_GAP_MEAN: self.total / self.count, metric.ROLLOUT_LOGPROB_GAP_MAX: self.largest}
 
 
 @dataclasses.dataclass
@@ -186,25 +187,25 @@ class _LossContext:
 
 def no_update_reason(metrics: dict[str, float]) -> str | None:
     """Why an RL step left the weights as they were, from its metrics (None: it updated)."""
-    if metrics["update/trajectories"] == 0:
-        if "adv/num_groups" not in metrics and metrics.get("update/failed_episodes_left_out"):
-            return (f"no rollout to train on: {metrics['update/failed_episodes_left_out']} failed in the environment "
+    if metrics[metric.UPDATE_TRAJECTORIES] == 0:
+        if metric.ADV_NUM_GROUPS not in metrics and metrics.get(metric.UPDATE_FAILED_LEFT_OUT):
+            return (f"no rollout to train on: {metrics[metric.UPDATE_FAILED_LEFT_OUT]} failed in the environment "
                     "(their errors are in trajectories/) and the rest have no trained token")
-        if "adv/num_groups" not in metrics:
+        if metric.ADV_NUM_GROUPS not in metrics:
             return "no rollout has a trained token (every episode ended before the model replied)"
-        if metrics.get("adv/zero_var_group_frac") == 1.0:
-            return (f"the rewards tie within each of the {int(metrics['adv/num_groups'])} groups, so every advantage "
+        if metrics.get(metric.ADV_ZERO_VAR_GROUP_FRAC) == 1.0:
+            return (f"the rewards tie within each of the {int(metrics[metric.ADV_NUM_GROUPS])} groups, so every advantage "
                     "is 0 (a larger algo.group_size, or tasks the policy solves sometimes, give a signal)")
         return "every advantage is 0"
-    if metrics.get("update/skipped_steps", 0) == metrics.get("update/optimizer_steps"):
-        return f"the algo.max_kl guard skipped all {metrics['update/optimizer_steps']} optimizer steps"
+    if metrics.get(metric.UPDATE_SKIPPED_STEPS, 0) == metrics.get(metric.UPDATE_OPTIMIZER_STEPS):
+        return f"the algo.max_kl guard skipped all {metrics[metric.UPDATE_OPTIMIZER_STEPS]} optimizer steps"
     return None
 
 
 def per_env_metrics(prefix: str, stats: dict[str, Any]) -> dict[str, float]:
     """`<prefix>/env/<env_id>/success` and `/reward` of each environment in a summary
     (`eval.metrics.summarize`'s by_env): a mix's curves one environment at a time."""
-    return {f"{prefix}/env/{env_id}/{key}": env[name] for env_id, env in stats["by_env"].items()
+    return {metric.env_metric(prefix, env_id, key): env[name] for env_id, env in stats["by_env"].items()
             for key, name in (("success", "success"), ("reward", "avg_reward"))}
 
 
@@ -602,13 +603,13 @@ class RLTrainer(Trainer):
         generated = sum(sum(t.loss_mask) for t in trajectories)
         horizon = self.schedule.horizon(step - 1)
         step_metrics = {
-            "horizon": horizon, "train/success": stats["success"], "train/reward": stats["avg_reward"],
-            "train/reward_std": stats["reward_std"], "train/reply_tokens": stats["reply_tokens"],
-            "train/turns": stats["avg_turns"], "train/invalid_action_rate": stats["invalid_action_rate"],
-            "train/idle_turn_rate": stats["idle_turn_rate"], "train/errors": stats["errors"], **update_metrics,
-            "time/rollout_tokens_per_s": generated / max(played.rollout_s, 1e-9),
-            "time/rollout_s": played.rollout_s, "time/update_s": time.time() - updated,
-            "time/step_s": _clock() - step_began,
+            metric.HORIZON: horizon, metric.TRAIN_SUCCESS: stats["success"], metric.TRAIN_REWARD: stats["avg_reward"],
+            metric.TRAIN_REWARD_STD: stats["reward_std"], metric.TRAIN_REPLY_TOKENS: stats["reply_tokens"],
+            metric.TRAIN_TURNS: stats["avg_turns"], metric.TRAIN_INVALID_ACTION_RATE: stats["invalid_action_rate"],
+            metric.TRAIN_IDLE_TURN_RATE: stats["idle_turn_rate"], metric.TRAIN_ERRORS: stats["errors"], **update_metrics,
+            metric.TIME_ROLLOUT_TOKENS_PER_S: generated / max(played.rollout_s, 1e-9),
+            metric.TIME_ROLLOUT_S: played.rollout_s, metric.TIME_UPDATE_S: time.time() - updated,
+            metric.TIME_STEP_S: _clock() - step_began,
             **(per_env_metrics("train", stats) if self.mixed else {}),
         }
         self.metrics.log(step, step_metrics)
@@ -752,16 +753,16 @@ class RLTrainer(Trainer):
                 break
             rounds += 1
             tasks = self.refill_tasks(step, rounds, missing, played_tasks)
-        metrics = {"rollout/retried_episodes": self.engine.retried - retried} if self.config.rollout.episode_retries \
+        metrics = {metric.ROLLOUT_RETRIED_EPISODES: self.engine.retried - retried} if self.config.rollout.episode_retries \
             else {}
         if self.servers is not None:  # over the run so far
-            metrics["env/server_restarts"] = self.servers.restarts
+            metrics[metric.ENV_SERVER_RESTARTS] = self.servers.restarts
         if weights:
-            metrics.update({"time/journal_s": self.engine.journal_s - journaled + fingerprint_s,
-                            "rollout/journal_mb": self.engine.journal_bytes / 2**20,
-                            "rollout/resumed_episodes": self.engine.resumed - resumed,
+            metrics.update({metric.TIME_JOURNAL_S: self.engine.journal_s - journaled + fingerprint_s,
+                            metric.ROLLOUT_JOURNAL_MB: self.engine.journal_bytes / 2**20,
+                            metric.ROLLOUT_RESUMED_EPISODES: self.engine.resumed - resumed,
                             # finished before the stop: read back, so this step's rollout time is not a rollout's
-                            "rollout/reread_episodes": self.engine.reread - reread})
+                            metric.ROLLOUT_REREAD_EPISODES: self.engine.reread - reread})
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, "sampling/refill_rounds": rounds,
@@ -777,8 +778,8 @@ class RLTrainer(Trainer):
         # An episode cut short by an environment failure has no honest outcome: it is left out
         # (its group compares the others), and counted.
         rows = [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
-        metrics: dict[str, float] = {"kl_coef": beta, "update/trajectories": 0,
-                                     "update/failed_episodes_left_out": sum(t.error is not None for t in trajectories)}
+        metrics: dict[str, float] = {metric.KL_COEF: beta, metric.UPDATE_TRAJECTORIES: 0,
+                                     metric.UPDATE_FAILED_LEFT_OUT: sum(t.error is not None for t in trajectories)}
         if not rows:
             return metrics
         # The recipe with the β in force (an adaptive controller moves it), for the advantage
@@ -792,10 +793,10 @@ class RLTrainer(Trainer):
         # over the rows of groups without signal.
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
-            metrics["time/score_s"] = self._score(batch, beta, context.gap)
+            metrics[metric.TIME_SCORE_S] = self._score(batch, beta, context.gap)
         advantages = self._advantages(batch, rows, spec, metrics)
         keep = self._rows_with_signal(batch, advantages.keep, spec, metrics)
-        metrics["update/trajectories"] = len(keep)
+        metrics[metric.UPDATE_TRAJECTORIES] = len(keep)
         if len(keep) == 0:
             return metrics
         batch = batch.rows(keep)
@@ -809,11 +810,11 @@ class RLTrainer(Trainer):
             if spec.tis_cap is not None:
                 batch.generator_logprobs = batch.old_logprobs
         if not score_first:
-            metrics["time/score_s"] = self._score(batch, beta, context.gap, old=not context.old_in_loss)
+            metrics[metric.TIME_SCORE_S] = self._score(batch, beta, context.gap, old=not context.old_in_loss)
         metrics.update(self._optimize(batch, context, step))
         metrics.update(context.gap.metrics())
-        if beta > 0 and "update/kl" in metrics:
-            self.kl_control.update(metrics["update/kl"], n_steps=len(rows))
+        if beta > 0 and metric.UPDATE_KL in metrics:
+            self.kl_control.update(metrics[metric.UPDATE_KL], n_steps=len(rows))
         return metrics
 
     def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
@@ -826,7 +827,7 @@ class RLTrainer(Trainer):
             fields["kl"] = KL[spec.kl_estimator](batch.old_logprobs, batch.ref_logprobs) * mask \
                 if spec.kl_coef > 0 else torch.zeros_like(mask)
         out = compute_advantages(spec.advantage, fields, **spec.advantage_kwargs())
-        metrics.update({f"adv/{k}": float(v) for k, v in out.metrics.items()})
+        metrics.update({metric.adv(k): float(v) for k, v in out.metrics.items()})
         batch.advantages = out.token_advantages(mask)
         # Turns that cannot have helped the outcome: rejected ones, and accepted ones that changed
         # nothing. Each keeps no positive advantage from the token where its action went wrong (or
@@ -839,11 +840,11 @@ class RLTrainer(Trainer):
             batch.advantages, capped = discredit_turns(batch.advantages, mask, [getattr(t, turns) for t in rows],
                                                        positions)
             batch.advantages = penalize_tokens(batch.advantages, positions, penalty)
-            metrics[f"adv/{kind}_tokens_capped"] = capped
-            metrics[f"adv/{tokens}"] = sum(map(len, positions))  # how many were located
+            metrics[metric.adv(f"{kind}_tokens_capped")] = capped
+            metrics[metric.adv(tokens)] = sum(map(len, positions))  # how many were located
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
-        metrics["adv/token_abs_mean"] = masked_mean(batch.advantages.abs(), mask).item()
+        metrics[metric.ADV_TOKEN_ABS_MEAN] = masked_mean(batch.advantages.abs(), mask).item()
         batch.returns = out.returns
         return out
 
@@ -859,7 +860,7 @@ class RLTrainer(Trainer):
         if batch.right_ids is not None:  # the right-token loss needs no advantage
             has_right = batch.right_token_positions()
             signal |= has_right.any(1)
-            metrics["adv/right_token_positions"] = int(has_right.sum())
+            metrics[metric.ADV_RIGHT_TOKEN_POSITIONS] = int(has_right.sum())
         keep = kept & signal if self.config.algo.skip_zero_advantage and not other_terms else kept
         return keep.nonzero().squeeze(1)
 
@@ -883,9 +884,9 @@ class RLTrainer(Trainer):
                 for key, value in result.items():
                     summed[key] = summed.get(key, 0.0) + value
                 updates += 1
-        metrics = {f"update/{k}": v / updates for k, v in summed.items() if k != "skipped"}
-        metrics["update/skipped_steps"] = summed.get("skipped", 0.0)
-        metrics["update/optimizer_steps"] = updates
+        metrics = {metric.update(k): v / updates for k, v in summed.items() if k != "skipped"}
+        metrics[metric.UPDATE_SKIPPED_STEPS] = summed.get("skipped", 0.0)
+        metrics[metric.UPDATE_OPTIMIZER_STEPS] = updates
         return metrics
 
     def _score(self, batch: TokenBatch, beta: float, gap: LogprobGap, old: bool = True) -> float:
@@ -989,8 +990,8 @@ class RLTrainer(Trainer):
         stats = summarize(trajectories)
         if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
             save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")
-        self.metrics.log(step, {"val/success": stats["success"], "val/reward": stats["avg_reward"],
-                                **{f"val/success/{c}": v for c, v in stats["by_category"].items()},
+        self.metrics.log(step, {metric.VAL_SUCCESS: stats["success"], metric.VAL_REWARD: stats["avg_reward"],
+                                **{metric.category_success("val", c): v for c, v in stats["by_category"].items()},
                                 **(per_env_metrics("val", stats) if self.mixed else {})})
         per_env = "".join(f", {env_id} {env['success']:.3f}" for env_id, env in stats["by_env"].items()
                           if self.mixed)

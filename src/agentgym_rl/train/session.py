@@ -36,6 +36,7 @@ from ..rollout.trajectory import Trajectory
 from ..runs import MetricsLogger, NoMetrics, checkpoint_step, run_lock, start_run
 from .demonstrations import collect_expert, conversation_text, warm_up
 from .learner import Learner
+from .. import metric_names as metric
 
 
 def check_model_path(model_path: str | None) -> None:
@@ -124,9 +125,9 @@ def sample_items(tasks: list[Task], count: int, seed: int, tag: str) -> list[Tas
 
 def eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """The `val/*` metrics of an evaluation summary (the RL trainer's names)."""
-    return {"val/success": summary["success"], "val/reward": summary["avg_reward"],
-            "val/turns": summary["avg_turns"], "val/invalid_action_rate": summary["invalid_action_rate"],
-            **{f"val/success/{c}": v for c, v in summary["by_category"].items()}}
+    return {metric.VAL_SUCCESS: summary["success"], metric.VAL_REWARD: summary["avg_reward"],
+            metric.VAL_TURNS: summary["avg_turns"], metric.VAL_INVALID_ACTION_RATE: summary["invalid_action_rate"],
+            **{metric.category_success("val", c): v for c, v in summary["by_category"].items()}}
 
 
 def training_threshold_kb(config: Any) -> int:

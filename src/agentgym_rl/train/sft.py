@@ -22,6 +22,7 @@ from ..rollout.trajectory import Trajectory
 from .demonstrations import collect_expert, conversation_text
 from .finetune import SFTDataStats, plan_batches, prepare_sft_data, sft_epochs
 from .session import Session, Trainer, eval_metrics, holds_run_folder
+from .. import metric_names as metric
 
 
 def no_data_error(source: str, stats: SFTDataStats, max_tokens: int) -> UserError:
@@ -85,7 +86,7 @@ class SFTTrainer(Trainer):
         if not data:
             raise no_data_error(source, stats, cfg.train.max_tokens)
         self.log(f"SFT data from {source}: {stats.describe()}")
-        metrics.log(0, {f"data/{k}": v for k, v in asdict(stats).items()})
+        metrics.log(0, {metric.data(k): v for k, v in asdict(stats).items()})
         pack_tokens = cfg.train.pack_tokens if cfg.train.packing else 0
         step = 0
         began = time.time()
@@ -96,7 +97,7 @@ class SFTTrainer(Trainer):
             metrics.log(step, values)
 
         def on_epoch(epoch: int, loss: float) -> None:
-            metrics.log(step, {"epoch": epoch, "epoch_loss": loss, "time/elapsed_s": time.time() - began})
+            metrics.log(step, {"epoch": epoch, "epoch_loss": loss, metric.TIME_ELAPSED_S: time.time() - began})
             bar.set_postfix(loss=f"{loss:.3f}")
 
         per_epoch = len(plan_batches([len(t.input_ids) for t in data], cfg.train.batch_size, pack_tokens))

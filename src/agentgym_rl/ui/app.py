@@ -38,6 +38,7 @@ from .index import (SPLITS, NotFound, TrajectoryIndex, list_runs, metrics_rows, 
                     trajectory_files, within)
 from .playground import MAX_ACTION_CHARS, Playground, PlaygroundError
 from .tokens import TokenViews
+from .. import metric_names as metric
 
 STATIC = Path(__file__).parent / "static"
 MAX_PAGE = 500
@@ -94,8 +95,8 @@ def _summary(run_dir: Path, name: str) -> dict[str, Any]:
         "env": section("env").get("id"),
         "kind": section("algo").get("name"),
         "steps": last("step"),
-        "success": last("train/success"),
-        "validation": last("val/success"),
+        "success": last(metric.TRAIN_SUCCESS),
+        "validation": last(metric.VAL_SUCCESS),
         "modified": (run_dir / "config.yaml").stat().st_mtime,
     }
 
@@ -213,6 +214,11 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
         files = [{"split": split, "step": step, "episodes": len(index.summaries(path))}
                  for split, step, path in trajectory_files(folder)]
         return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
+
+    @app.get("/api/metrics")
+    def metric_names() -> dict[str, Any]:
+        """The metric names the page needs: the curve to show first, and what each key means."""
+        return {"preferred": list(metric.PREFERRED_CURVES), "described": metric.DOCS}
 
     @app.get("/api/envs")
     def envs() -> dict[str, Any]:

@@ -2,7 +2,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { runs: [], details: {}, ticked: new Set(), page: 0, pageSize: 100, session: null };
+const state = { runs: [], details: {}, ticked: new Set(), page: 0, pageSize: 100, session: null, metricNames: null };
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
 async function api(path, options) {
@@ -81,6 +81,12 @@ async function loadRuns() {
   }
 }
 
+// Metric names come from the server (metric_names.py): the curve shown first, what each key means.
+async function metricNames() {
+  if (!state.metricNames) state.metricNames = await api("/api/metrics");
+  return state.metricNames;
+}
+
 async function details(name) {
   if (!state.details[name]) state.details[name] = await api(`/api/runs/${encodeURIComponent(name)}`);
   return state.details[name];
@@ -103,8 +109,9 @@ async function refreshCurves() {
   }
   const chosen = $("metric").value;
   const sorted = [...keys].sort();
-  $("metric").replaceChildren(...sorted.map((k) => el("option", { value: k }, k)));
-  const preferred = ["train/success", "val/success"].find((k) => keys.has(k)) ?? sorted[0];
+  const names = await metricNames();
+  $("metric").replaceChildren(...sorted.map((k) => el("option", { value: k, title: names.described[k] ?? "" }, k)));
+  const preferred = names.preferred.find((k) => keys.has(k)) ?? sorted[0];
   if (keys.has(chosen)) $("metric").value = chosen;
   else if (preferred) $("metric").value = preferred;
   await drawPlot();
