@@ -54,7 +54,7 @@ def test_the_turn_curve_equals_playing_with_each_smaller_budget():
     curve = success_within_turns(long, 20)
     for budget in (2, 4, 7):
         short, _ = evaluate("babyai", "expert", episodes=12, max_turns=budget, progress=False)
-        assert short["success"] == pytest.approx(curve[budget - 1])
+        assert short.summary.success == pytest.approx(curve[budget - 1])
     assert curve[1] < curve[-1]  # the budgets tried do cut some episodes
 
 
@@ -181,7 +181,7 @@ def test_episodes_whose_prompt_leaves_no_room_for_a_reply_are_named_not_just_sco
     said: list[str] = []
     summary, episodes = evaluate("babyai", str(model_dir), episodes=2, max_turns=3, progress=False, log=said.append,
                                  rollout=RolloutConfig(max_new_tokens=8, max_context=40))
-    assert summary["success"] == 0 and all(t.turns == 0 for t in episodes)
+    assert summary.summary.success == 0 and all(t.turns == 0 for t in episodes)
     longest = max(len(t.input_ids) for t in episodes)
     assert longest + 8 > 40  # the prompt alone is longer than the context leaves for it
     assert said == [f"warning: 2 of 2 episodes ended before their first reply: the opening prompt (up to {longest} "

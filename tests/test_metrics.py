@@ -31,13 +31,13 @@ def test_summarize_avg_at_n_pass_at_k_and_categories():
         _t("e_2", "B", True, 0.5), _t("e_2", "B", True, 0.5),    # item 2: 2 of 2
     ]
     s = summarize(trajectories)
-    assert s["episodes"] == 3 and s["samples"] == 2 and s["k"] == 2
-    assert s["success"] == pytest.approx(3 / 6)
-    assert s["pass_at_k"] == pytest.approx((1 + 0 + 1) / 3)
-    assert s["avg_reward"] == pytest.approx(2.0 / 6)
-    assert s["by_category"] == {"A": pytest.approx(1 / 4), "B": 1.0}
-    assert s["pass_at_k_by_category"] == {"A": pytest.approx(0.5), "B": 1.0}
-    assert summarize(trajectories, k=1)["pass_at_k"] == pytest.approx(0.5)
+    assert s.episodes == 3 and s.samples == 2 and s.k == 2
+    assert s.success == pytest.approx(3 / 6)
+    assert s.pass_at_k == pytest.approx((1 + 0 + 1) / 3)
+    assert s.avg_reward == pytest.approx(2.0 / 6)
+    assert s.by_category == {"A": pytest.approx(1 / 4), "B": 1.0}
+    assert s.pass_at_k_by_category == {"A": pytest.approx(0.5), "B": 1.0}
+    assert summarize(trajectories, k=1).pass_at_k == pytest.approx(0.5)
 
 
 def test_summarize_counts_idle_turns_per_turn():
@@ -45,13 +45,12 @@ def test_summarize_counts_idle_turns_per_turn():
 
     three = Trajectory("e", "e_0", "A", turn_rewards=[0.0, 0.0, 1.0], idle_turns=[0, 1])
     one = Trajectory("e", "e_1", "A", turn_rewards=[0.0])
-    assert summarize([three, one])["idle_turn_rate"] == pytest.approx(2 / 4)
+    assert summarize([three, one]).idle_turn_rate == pytest.approx(2 / 4)
     # `eval`'s table names them when there are any
     from agentgym_rl.eval.evaluate import format_table
 
-    shown = {"env": "e", "split": "test", "policy": "p"}
-    assert "invalid actions 0.0%, idle turns 50.0%, errors 0" in format_table({**summarize([three, one]), **shown})
-    assert "invalid actions 0.0%, errors 0" in format_table({**summarize([one]), **shown})
+    assert "invalid actions 0.0%, idle turns 50.0%, errors 0" in format_table(summarize([three, one]), "e test")
+    assert "invalid actions 0.0%, errors 0" in format_table(summarize([one]), "e test")
 
 
 def test_paired_difference_counts_gains_and_losses():

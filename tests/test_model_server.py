@@ -111,7 +111,7 @@ def test_an_eval_through_the_server_equals_the_in_process_eval(server, model_dir
                                    rollout=RolloutConfig(max_new_tokens=16, generator_url=f"{server}/v1"))
     assert [t.messages for t in served_runs] == [t.messages for t in local_runs]
     assert [t.input_ids for t in served_runs] == [t.input_ids for t in local_runs]
-    assert served["success"] == local["success"]
+    assert served.summary.success == local.summary.success
     with pytest.raises(UserError, match="generator_url http://127.0.0.1:1/v1: GET /models failed"):
         evaluate("babyai", str(model_dir), **settings, rollout=RolloutConfig(generator_url="http://127.0.0.1:1/v1"))
 
@@ -126,7 +126,7 @@ def test_a_chat_api_policy_replies_as_the_model_does(server, model_dir, monkeypa
     api, api_runs = evaluate("babyai", "api:tiny", rollout=RolloutConfig(max_new_tokens=16, generator_url=f"{server}/v1"),
                              **settings)
     assert [t.messages for t in api_runs] == [t.messages for t in local_runs]
-    assert api["policy"] == "api:tiny" and all(not t.input_ids for t in api_runs)  # text: no token ids
+    assert api.policy == "api:tiny" and all(not t.input_ids for t in api_runs)  # text: no token ids
 
 
 def failing_app(calls: list, status: int = 500, delay: float = 0.0) -> FastAPI:

@@ -145,7 +145,7 @@ def test_the_bench_table_counts_errors_of_every_pass():
     from agentgym_rl.rollout.trajectory import Trajectory
 
     def played(episodes):
-        summary = summarize(episodes)
+        summary = summarize(episodes).as_dict()
         return {**summary, "items_by_category": {"GoTo": 2}, "generated_tokens": 10, "seconds": 60.0,
                 "peak_rss_gb": None, "api_prompt_tokens": 0, "api_completion_tokens": 0}
 

@@ -93,10 +93,18 @@ PINNED = [
 
 @pytest.mark.slow
 def test_a_smoke_run_of_the_quickstart_updates_the_policy_and_gives_the_pinned_numbers(tmp_path):
-    code, out, err = cli("train", str(REPO / "src" / "agentgym_rl" / "configs" / "quickstart.yaml"), "--smoke",
-                         f"run.output_dir={tmp_path}")
+    """`agentgym-rl quickstart` (what `make demo` runs) with the smoke preset: its training, then
+    its before/after tables and report."""
+    preset = smoke_overrides("train", yaml.safe_load((REPO / "src" / "agentgym_rl" / "configs" /
+                                                       "quickstart.yaml").read_text()))
+    code, out, err = cli("quickstart", *preset, f"run.output_dir={tmp_path}")
     assert code == 0, err
-    rows = [json.loads(line) for line in (tmp_path / "quickstart_smoke" / "metrics.jsonl").read_text().splitlines()]
+    run = tmp_path / "quickstart_smoke"
+    report = json.loads((run / "report" / "quickstart.json").read_text())
+    assert report["before"]["step"] == 0 and report["after"]["step"] == 2
+    assert set(report["after"]["item_success"]) == {"babyai_0", "babyai_1"} and "GoTo" in report["after"]["by_category"]
+    assert "after 2 RL steps (grpo + ScalingInter-RL)" in out and "before RL" in out and "RL changed test success" in out
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "update/trajectories" in r]
     assert len(steps) == 2
     assert all(r["update/trajectories"] > 0 and r["update/optimizer_steps"] > 0 and r["adv/adv_abs_mean"] > 0

@@ -251,7 +251,7 @@ def test_a_time_limit_kept_within_stops_early_enough_for_the_last_validation(tmp
                             "algo.tasks_per_step=2", "rollout.threads=1", env="counter_any_case", name=name)
         lines = []
         validations = RLTrainer(config, log=lines.append).fit()
-        return [v["step"] for v in validations], now[0] / 60, lines
+        return [v.step for v in validations], now[0] / 60, lines
 
     steps, minutes, lines = fit("within", "within")
     assert (steps, minutes) == ([0, 6], 10.0)
@@ -292,19 +292,19 @@ def test_a_time_limit_ends_the_run_after_a_step_that_validates_and_saves(tmp_pat
     timed_clock(monkeypatch, step_min=1.0)
     timed, lines, validations = fit("timed", "train.time_limit_min=1.5")
     assert sorted(p.name for p in (timed / "checkpoints").iterdir()) == ["step_000002"]
-    assert [v["step"] for v in validations] == [0, 2]
+    assert [v.step for v in validations] == [0, 2]
     assert "stopped after step 2 of 4: train.time_limit_min=1.5 reached (2.0 min); `agentgym-rl train CONFIG " \
            "--resume` (the same run.name) goes on from it" in lines
     assert lines[-2] == "all 2 steps updated the policy" or lines[-2].endswith("of 2 steps updated nothing")
     first, last = validations
     assert lines[-1] == (
-        f"validation success, step 0 → 2: {100 * first['success']:.1f}% → {100 * last['success']:.1f}%, "
-        f"{change_sentence(first['item_success'], last['item_success'])}")
+        f"validation success, step 0 → 2: {100 * first.summary.success:.1f}% → {100 * last.summary.success:.1f}%, "
+        f"{change_sentence(first.item_success, last.item_success)}")
     _, lines, resumed = fit("timed", resume=True)
     # The resumed run validates at its end only; its line pairs that with step 0's, from validation/.
-    assert [v["step"] for v in resumed] == [4] and lines[-1] == (
-        f"validation success, step 0 → 4: {100 * first['success']:.1f}% → {100 * resumed[0]['success']:.1f}%, "
-        f"{change_sentence(first['item_success'], resumed[0]['item_success'])}")
+    assert [v.step for v in resumed] == [4] and lines[-1] == (
+        f"validation success, step 0 → 4: {100 * first.summary.success:.1f}% → {100 * resumed[0].summary.success:.1f}%, "
+        f"{change_sentence(first.item_success, resumed[0].item_success)}")
 
     def rows(run_dir):
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -366,7 +366,7 @@ def test_a_step_saves_before_it_validates(tmp_path, counter_env_registered, monk
     assert "step 1: its metrics hold no validation of it; validating now" in lines
     assert "note: train.baseline is not used: the run resumes after step 0" in lines
     assert not any("updated the policy" in line for line in lines), lines  # it trained no step
-    assert [v["step"] for v in validations] == [1]
+    assert [v.step for v in validations] == [1]
     assert validated_steps(tmp_path / "cut") == {0, 1} and run_state(config) == "complete"
 
 
@@ -389,8 +389,8 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
     taken, lines, taken_validations = fit("taken", f"train.baseline={step0}")
     assert (taken / "validation" / "step_000000.jsonl").read_text() == step0.read_text()
     assert f"step 0: validation taken from {step0} (the first turn of all 3 items replayed identically)" in lines
-    assert [v["step"] for v in taken_validations] == [0, 1]
-    assert taken_validations[0]["item_success"] == validations[0]["item_success"]
+    assert [v.step for v in taken_validations] == [0, 1]
+    assert taken_validations[0].item_success == validations[0].item_success
     assert lines[-1].startswith("validation success, step 0 → 1")
 
     def val_rows(run_dir):

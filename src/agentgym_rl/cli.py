@@ -245,14 +245,14 @@ def eval_command(
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
         "--listed-actions-only": listed_actions_only, "--items": items}, env_arg, overrides)
-    summary, episodes_run = evaluate_played(config, policy, journal=journal, log=typer.echo)
-    if summary["items"] == "stratified":
-        typer.echo(f"{summary['episodes']} items spread over the split's categories (--items first: the first "
-                   f"{summary['episodes']})")
-    typer.echo(format_table(summary))
+    evaluation, episodes_run = evaluate_played(config, policy, journal=journal, log=typer.echo)
+    if evaluation.items == "stratified":
+        typer.echo(f"{evaluation.summary.episodes} items spread over the split's categories (--items first: the "
+                   f"first {evaluation.summary.episodes})")
+    typer.echo(format_table(evaluation.summary, evaluation.title(), evaluation.listed_actions_only))
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(summary, indent=2))
+        json_out.write_text(json.dumps(evaluation.as_dict(), indent=2))
     if trajectories is not None:
         save_trajectories(episodes_run, trajectories)
 
@@ -672,8 +672,8 @@ def collect(
         dropped.append(f"{result.dropped_failures} failures left out")
     if result.dropped_unwritable:
         dropped.append(f"{result.dropped_unwritable} episodes without a reply left out")
-    typer.echo(f"collected {summary['episodes'] * summary['samples']} episodes ({summary['episodes']} items × "
-               f"{summary['samples']}), success {100 * summary['success']:.1f}%, wrote {result.written} {fmt} "
+    typer.echo(f"collected {summary.episodes * summary.samples} episodes ({summary.episodes} items × "
+               f"{summary.samples}), success {100 * summary.success:.1f}%, wrote {result.written} {fmt} "
                f"records to {out}" + (f" ({', '.join(dropped)})" if dropped else ""))
 
 
@@ -712,7 +712,7 @@ def dpo(
     """Direct Preference Optimization on pairs of trajectories of the same item."""
     _, result = _imitate("dpo", config, overrides, overwrite, smoke)
     if result["before"] is not None:
-        typer.echo(f"test success {100 * result['before']['success']:.1f}% -> {100 * result['after']['success']:.1f}%")
+        typer.echo(f"test success {100 * result['before'].success:.1f}% -> {100 * result['after'].success:.1f}%")
     typer.echo(f"run folder: {result['run_dir']}  model: {result['model']}")
 
 
@@ -729,7 +729,7 @@ def rft(
     for r in records:
         sampled = f"{100 * r[metric.SAMPLE_SUCCESS]:.1f}%" if metric.SAMPLE_SUCCESS in r else "-"
         kept = str(r.get(metric.SFT_CONVERSATIONS, "-"))
-        tested = f"{100 * r['eval']['success']:.1f}%" if r["eval"] else "-"
+        tested = f"{100 * r['eval'].success:.1f}%" if r["eval"] else "-"
         typer.echo(f"{r['round']:>5}{sampled:>17}{kept:>6}{tested:>14}")
     typer.echo(f"run folder: {trainer.run_dir}  checkpoints: {trainer.run_dir / 'checkpoints'}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +18,7 @@ from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
 from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
 from ..agent.models import NAMED_MODELS, file_sha256, is_model_reference, model_folder
-from .metrics import summarize
+from .metrics import Summary, summarize
 from .policies import RandomPolicy
 
 
@@ -81,13 +82,43 @@ def _check_listable(make_env: Any, task: Any, seed: int, needed_for: str) -> Non
         raise UserError(f"environment {task.env_id!r} cannot list its actions, so {needed_for}")
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """What `evaluate` played, and how it went.
+
+    Attributes:
+        env, split, policy: the environment, its split, and the policy ("model" for an object).
+        max_turns, temperature: the turn limit and the sampling temperature played with.
+        listed_actions_only: replies were restricted to the listed actions.
+        items: how the items were drawn ("first", "stratified"), or "all" of the split.
+        summary: the episodes' figures (`metrics.summarize`).
+    """
+
+    env: str
+    split: str
+    policy: str
+    max_turns: int
+    temperature: float
+    listed_actions_only: bool
+    items: str
+    summary: Summary
+
+    def as_dict(self) -> dict[str, Any]:
+        """One flat mapping, settings then figures: what `eval --json` writes."""
+        settings = {field.name: getattr(self, field.name) for field in fields(self) if field.name != "summary"}
+        return {**settings, **self.summary.as_dict()}
+
+    def title(self) -> str:
+        return f"{self.env} {self.split} — policy {self.policy}"
+
+
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
              samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = DEFAULT_DEVICE,
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
              listed_actions_only: bool = False, items: str = "first", journal: Journal | None = None,
-             log: Callable[[str], Any] = print) -> tuple[dict, list[Trajectory]]:
+             log: Callable[[str], Any] = print) -> tuple[Evaluation, list[Trajectory]]:
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
     categories: `envs.tasks.choose_items`), `samples` times each (`listed_actions_only`: a model
     policy named by its folder replies only with listed actions, see `ModelPolicy`). With
@@ -95,8 +126,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     gone on from (`eval_journal`); `log` says so.
 
     Returns:
-        (summary, trajectories); summary holds env, split, policy and the fields of
-        `metrics.summarize` (success = Avg@n as a fraction, pass_at_k with k = samples).
+        (evaluation, trajectories): what was played and its `metrics.Summary` (success = Avg@n
+        as a fraction, pass_at_k with k = samples).
     """
     tasks = registry.tasks(env_id, split, env_kwargs)
     split_size = len(tasks)
@@ -137,15 +168,13 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         log(f"warning: {len(unplayed)} of {len(trajectories)} episodes ended before their first reply: the opening "
             f"prompt (up to {longest} tokens){' with rollout.reply_prefix' if rollout.reply_prefix else ''} and a "
             f"{rollout.max_new_tokens}-token reply do not fit rollout.max_context={rollout.max_context}")
-    summary = {"env": env_id, "split": split, "policy": policy if isinstance(policy, str) else "model",
-               "max_turns": horizon, "temperature": temperature, "listed_actions_only": listed_actions_only,
-               "items": items if len(tasks) < split_size else "all",
-               **summarize(trajectories)}
-    return summary, trajectories
+    evaluation = Evaluation(env_id, split, policy if isinstance(policy, str) else "model", horizon, temperature,
+                            listed_actions_only, items if len(tasks) < split_size else "all", summarize(trajectories))
+    return evaluation, trajectories
 
 
 def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None, journal: Path | None = None,
-                    log: Callable[[str], Any] = print) -> tuple[dict, list[Trajectory]]:
+                    log: Callable[[str], Any] = print) -> tuple[Evaluation, list[Trajectory]]:
     """`evaluate` with the settings of a `PlayConfig` (what `agentgym-rl eval` and `collect` run),
     journaled at `journal` if given (`eval_journal`)."""
     set_mmap_threshold(mmap_threshold_kb(config.run.malloc_mmap_threshold_kb, full_fine_tuning=False))
@@ -181,24 +210,21 @@ def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:
     return journal
 
 
-def format_table(summary: dict, title: str | None = None) -> str:
+def format_table(summary: Summary, title: str, listed_actions_only: bool = False) -> str:
     """A plain-text table of overall and per-category success, then a line of averages; its idle
     turns (accepted actions that left the environment in a state the episode had been in) are
     named when there are any (an environment without state keys has none)."""
-    rows = [("overall", summary["episodes"], summary["success"], summary["pass_at_k"])]
-    by_env = summary.get("by_env", {})
-    if len(by_env) > 1:  # a mix: each environment's Avg@n (its Pass@k is in its categories')
-        rows += [(env_id, None, env["success"], None) for env_id, env in by_env.items()]
-    for category, success in summary["by_category"].items():
-        rows.append((category, None, success, summary["pass_at_k_by_category"][category]))
-    k = summary["k"]
-    lines = [title or f"{summary['env']} {summary['split']} — policy {summary['policy']}",
-             f"{'category':<12}{'Avg@' + str(summary['samples']):>10}{'Pass@' + str(k):>10}"]
+    rows = [("overall", summary.episodes, summary.success, summary.pass_at_k)]
+    if len(summary.by_env) > 1:  # a mix: each environment's Avg@n (its Pass@k is in its categories')
+        rows += [(env_id, None, env.success, None) for env_id, env in summary.by_env.items()]
+    for category, success in summary.by_category.items():
+        rows.append((category, None, success, summary.pass_at_k_by_category[category]))
+    lines = [title, f"{'category':<12}{'Avg@' + str(summary.samples):>10}{'Pass@' + str(summary.k):>10}"]
     lines += [f"{name:<12}{100 * s:>9.1f}%" + (f"{100 * p:>9.1f}%" if p is not None else "") for name, _, s, p in rows]
-    lines.append(f"items {summary['episodes']} × samples {summary['samples']}, avg reward "
-                 f"{summary['avg_reward']:.3f}, avg turns {summary['avg_turns']:.1f}, "
-                 f"invalid actions {100 * summary['invalid_action_rate']:.1f}%"
-                 + (f", idle turns {100 * summary['idle_turn_rate']:.1f}%" if summary.get("idle_turn_rate") else "")
-                 + f", errors {summary['errors']}"
-                 + (", replies restricted to the listed actions" if summary.get("listed_actions_only") else ""))
+    lines.append(f"items {summary.episodes} × samples {summary.samples}, avg reward "
+                 f"{summary.avg_reward:.3f}, avg turns {summary.avg_turns:.1f}, "
+                 f"invalid actions {100 * summary.invalid_action_rate:.1f}%"
+                 + (f", idle turns {100 * summary.idle_turn_rate:.1f}%" if summary.idle_turn_rate else "")
+                 + f", errors {summary.errors}"
+                 + (", replies restricted to the listed actions" if listed_actions_only else ""))
     return "\n".join(lines)

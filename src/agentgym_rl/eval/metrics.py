@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from math import comb, sqrt
+from typing import Any
 
 from ..rollout.trajectory import Trajectory
 
@@ -55,18 +57,58 @@ def change_sentence(before: dict[str, float], after: dict[str, float]) -> str:
     return f"{100 * delta:+.1f} points: {gained} items gained, {lost} lost ({error})"
 
 
-def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
+@dataclass(frozen=True)
+class EnvShare:
+    """One environment's part of a summary (a mix has several)."""
+
+    success: float
+    avg_reward: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What `summarize` makes of a set of episodes.
+
+    Attributes:
+        episodes: items played (each `samples` times).
+        samples: episodes per item (the fewest any item has).
+        success: Avg@n, the mean success over every episode.
+        pass_at_k: Pass@k over items, k = `k`.
+        avg_reward, reward_std: the mean and spread (population SD) of episode rewards.
+        avg_turns: mean turns an episode took.
+        reply_tokens: mean trained tokens per turn (a reply's length).
+        invalid_action_rate: rejected actions per turn.
+        idle_turn_rate: accepted turns that changed nothing (`Trajectory.idle_turns`), per turn.
+        errors: episodes that failed to run.
+        by_category, pass_at_k_by_category: success and Pass@k of each category of items.
+        by_env: each environment's success and reward (one entry unless a mix).
+    """
+
+    episodes: int
+    samples: int
+    success: float
+    pass_at_k: float
+    k: int
+    avg_reward: float
+    reward_std: float
+    avg_turns: float
+    reply_tokens: float
+    invalid_action_rate: float
+    idle_turn_rate: float
+    errors: int
+    by_category: dict[str, float]
+    pass_at_k_by_category: dict[str, float]
+    by_env: dict[str, EnvShare]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready data (`eval --json`, `bench-agent`'s results.json)."""
+        return asdict(self)
+
+
+def summarize(trajectories: list[Trajectory], k: int | None = None) -> Summary:
     """Avg@n (mean success over every sample), Pass@k, mean reward, per category.
 
     Trajectories of one item are its samples; k defaults to the number of samples per item.
-
-    Returns:
-        {"episodes", "samples", "success", "pass_at_k", "k", "avg_reward", "reward_std" (the
-         spread of episode rewards, population SD), "avg_turns", "reply_tokens" (mean trained
-         tokens per turn: a reply's length), "invalid_action_rate", "idle_turn_rate" (accepted turns that changed nothing,
-         `Trajectory.idle_turns`, per turn), "errors", "by_category": {name: success}, "pass_at_k_by_category",
-         "by_env": {env_id: {"success", "avg_reward"}} (one entry unless the trajectories come from
-         several environments, e.g. a mix)}
     """
     by_item: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -83,26 +125,25 @@ def summarize(trajectories: list[Trajectory], k: int | None = None) -> dict:
         category_items[ts[0].category].append(item)
     turns = sum(t.turns for t in trajectories)
     avg_reward = sum(t.reward for t in trajectories) / len(trajectories)
-    return {
-        "episodes": len(by_item),
-        "samples": samples,
-        "success": sum(t.success for t in trajectories) / len(trajectories),
-        "pass_at_k": sum(item_pass.values()) / len(item_pass),
-        "k": k,
-        "avg_reward": avg_reward,
-        "reward_std": sqrt(sum((t.reward - avg_reward) ** 2 for t in trajectories) / len(trajectories)),
-        "avg_turns": turns / len(trajectories),
-        "reply_tokens": sum(sum(t.loss_mask) for t in trajectories) / max(turns, 1),
-        "invalid_action_rate": sum(t.invalid_actions for t in trajectories) / max(turns, 1),
-        "idle_turn_rate": sum(len(t.idle_turns) for t in trajectories) / max(turns, 1),
-        "errors": sum(t.error is not None for t in trajectories),
-        "by_category": {c: sum(t.success for t in ts) / len(ts) for c, ts in sorted(categories.items())},
-        "pass_at_k_by_category": {
-            c: sum(item_pass[i] for i in items) / len(items) for c, items in sorted(category_items.items())
-        },
-        "by_env": {env_id: {"success": sum(t.success for t in ts) / len(ts), "avg_reward": sum(t.reward for t in ts)
-                            / len(ts)} for env_id, ts in sorted(_by_env(trajectories).items())},
-    }
+    return Summary(
+        episodes=len(by_item),
+        samples=samples,
+        success=sum(t.success for t in trajectories) / len(trajectories),
+        pass_at_k=sum(item_pass.values()) / len(item_pass),
+        k=k,
+        avg_reward=avg_reward,
+        reward_std=sqrt(sum((t.reward - avg_reward) ** 2 for t in trajectories) / len(trajectories)),
+        avg_turns=turns / len(trajectories),
+        reply_tokens=sum(sum(t.loss_mask) for t in trajectories) / max(turns, 1),
+        invalid_action_rate=sum(t.invalid_actions for t in trajectories) / max(turns, 1),
+        idle_turn_rate=sum(len(t.idle_turns) for t in trajectories) / max(turns, 1),
+        errors=sum(t.error is not None for t in trajectories),
+        by_category={c: sum(t.success for t in ts) / len(ts) for c, ts in sorted(categories.items())},
+        pass_at_k_by_category={c: sum(item_pass[i] for i in items) / len(items)
+                               for c, items in sorted(category_items.items())},
+        by_env={env_id: EnvShare(sum(t.success for t in ts) / len(ts), sum(t.reward for t in ts) / len(ts))
+                for env_id, ts in sorted(_by_env(trajectories).items())},
+    )
 
 
 def _by_env(trajectories: list[Trajectory]) -> dict[str, list[Trajectory]]:

@@ -194,7 +194,7 @@ def env_result(env_id: str, played: dict[str, tuple[list[Trajectory], dict]], co
     generated tokens, the turn-budget curve, and (sampled) the Pass@k curve."""
     result: dict[str, Any] = {"max_turns": max_turns(env_id, config)}
     for name, (trajectories, account) in played.items():
-        summary = summarize(trajectories)
+        summary = summarize(trajectories).as_dict()  # results.json's record of the pass
         items: dict[str, set] = {}
         for t in trajectories:
             items.setdefault(t.category, set()).add(t.item_id)

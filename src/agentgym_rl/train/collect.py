@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..eval.evaluate import evaluate_played
+from ..eval.metrics import Summary
 from ..config import PlayConfig
 from ..rollout.formats import trajectory_to_agenttraj, trajectory_to_chat, write_agenttraj, write_chat
 from ..rollout.trajectory import Trajectory, save_trajectories
@@ -34,7 +35,7 @@ class Collected:
             reset), which AgentTraj and chat records cannot hold.
     """
 
-    summary: dict[str, Any]
+    summary: Summary
     written: int
     dropped_failures: int
     dropped_unwritable: int
@@ -65,7 +66,7 @@ def collect(config: PlayConfig, policy: str, out: str | Path, fmt: str = "agentt
     """
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    summary, trajectories = evaluate_played(config, policy, desc=f"collect {config.env.id}/{config.env.eval_split}")
+    evaluation, trajectories = evaluate_played(config, policy, desc=f"collect {config.env.id}/{config.env.eval_split}")
     kept = [t for t in trajectories if t.success] if successes_only else list(trajectories)
     failures = len(trajectories) - len(kept)
     unwritable = 0
@@ -73,4 +74,4 @@ def collect(config: PlayConfig, policy: str, out: str | Path, fmt: str = "agentt
         writable = [t for t in kept if any(m["role"] == "assistant" for m in t.messages)]
         unwritable, kept = len(kept) - len(writable), writable
     write_conversations(kept, out, fmt)
-    return Collected(summary=summary, written=len(kept), dropped_failures=failures, dropped_unwritable=unwritable)
+    return Collected(summary=evaluation.summary, written=len(kept), dropped_failures=failures, dropped_unwritable=unwritable)

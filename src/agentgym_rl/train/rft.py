@@ -101,7 +101,7 @@ class RFTTrainer(Trainer):
             record["eval"] = self._evaluate(session, round_)
             self.log(f"round {round_}: sampled success {record[metric.SAMPLE_SUCCESS]:.3f} on {len(tasks)} items × "
                      f"{rft.samples_per_item}, kept {stats.kept} successes" +
-                     (f", eval success {record['eval']['success']:.3f}" if record["eval"] else ""))
+                     (f", eval success {record['eval'].success:.3f}" if record["eval"] else ""))
             records.append(record)
         metrics.close()
         return records

@@ -25,7 +25,7 @@ from ..config import RLConfig, from_dict, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
 from ..errors import DISK_ERRORS, UserError
-from ..eval.metrics import change_sentence, item_success, summarize
+from ..eval.metrics import Summary, change_sentence, item_success, summarize
 from ..rollout.backends import backend_of
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
@@ -202,10 +202,24 @@ def no_update_reason(metrics: dict[str, float]) -> str | None:
     return None
 
 
-def per_env_metrics(prefix: str, stats: dict[str, Any]) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class Validation:
+    """One validation of an RL run: its step, its summary and each item's success (the mean over
+    its samples), for paired comparisons of validations of the same items."""
+
+    step: int
+    summary: Summary
+    item_success: dict[str, float]
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat, as `report/quickstart.json` holds it: the step, the summary's fields, the items."""
+        return {"step": self.step, **self.summary.as_dict(), "item_success": self.item_success}
+
+
+def per_env_metrics(prefix: str, stats: Summary) -> dict[str, float]:
     """`<prefix>/env/<env_id>/success` and `/reward` of each environment in a summary
     (`eval.metrics.summarize`'s by_env): a mix's curves one environment at a time."""
-    return {metric.env_metric(prefix, env_id, key): env[name] for env_id, env in stats["by_env"].items()
+    return {metric.env_metric(prefix, env_id, key): getattr(env, name) for env_id, env in stats.by_env.items()
             for key, name in (("success", "success"), ("reward", "avg_reward"))}
 
 
@@ -273,7 +287,7 @@ class _Progress:
 
     last_step: int
     """The last step that ran (before `train.steps` when the time limit stopped the run)."""
-    validations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    validations: list[Validation] = dataclasses.field(default_factory=list)
     idle: dict[int, str] = dataclasses.field(default_factory=dict)
     """Step -> why it updated nothing."""
 
@@ -539,7 +553,7 @@ class RLTrainer(Trainer):
         self._say_how_it_went(run, start, rollouts.stalenesses if rollouts is not None else ())
         return run.validations
 
-    def _first_validations(self, start: int) -> list[dict[str, Any]]:
+    def _first_validations(self, start: int) -> list[Validation]:
         """The validation a run starts with (step 0's, or `train.baseline`'s instead), or the one a
         resumed run owes (the run stopped during it, or the resumed config makes it due)."""
         cfg = self.config
@@ -603,10 +617,10 @@ class RLTrainer(Trainer):
         generated = sum(sum(t.loss_mask) for t in trajectories)
         horizon = self.schedule.horizon(step - 1)
         step_metrics = {
-            metric.HORIZON: horizon, metric.TRAIN_SUCCESS: stats["success"], metric.TRAIN_REWARD: stats["avg_reward"],
-            metric.TRAIN_REWARD_STD: stats["reward_std"], metric.TRAIN_REPLY_TOKENS: stats["reply_tokens"],
-            metric.TRAIN_TURNS: stats["avg_turns"], metric.TRAIN_INVALID_ACTION_RATE: stats["invalid_action_rate"],
-            metric.TRAIN_IDLE_TURN_RATE: stats["idle_turn_rate"], metric.TRAIN_ERRORS: stats["errors"], **update_metrics,
+            metric.HORIZON: horizon, metric.TRAIN_SUCCESS: stats.success, metric.TRAIN_REWARD: stats.avg_reward,
+            metric.TRAIN_REWARD_STD: stats.reward_std, metric.TRAIN_REPLY_TOKENS: stats.reply_tokens,
+            metric.TRAIN_TURNS: stats.avg_turns, metric.TRAIN_INVALID_ACTION_RATE: stats.invalid_action_rate,
+            metric.TRAIN_IDLE_TURN_RATE: stats.idle_turn_rate, metric.TRAIN_ERRORS: stats.errors, **update_metrics,
             metric.TIME_ROLLOUT_TOKENS_PER_S: generated / max(played.rollout_s, 1e-9),
             metric.TIME_ROLLOUT_S: played.rollout_s, metric.TIME_UPDATE_S: time.time() - updated,
             metric.TIME_STEP_S: _clock() - step_began,
@@ -614,7 +628,7 @@ class RLTrainer(Trainer):
         }
         self.metrics.log(step, step_metrics)
         self.log(step_line(step, self.config.train.steps, step_metrics))
-        bar.set_postfix(success=f"{stats['success']:.2f}", horizon=horizon)
+        bar.set_postfix(success=f"{stats.success:.2f}", horizon=horizon)
         reason = no_update_reason(update_metrics)
         if reason is not None:
             run.idle[step] = reason
@@ -677,22 +691,22 @@ class RLTrainer(Trainer):
         if change is not None:
             self.log(change)
 
-    def _validation_change(self, validations: list[dict[str, Any]]) -> str | None:
+    def _validation_change(self, validations: list[Validation]) -> str | None:
         """The run's first validation against its last, item by item, in a line; the first comes
         from `validation/` when this invocation resumed the run after it. None without two
         validations of the same items."""
         if not validations or self.rank > 0:
             return None
-        first, last = validations[0]["item_success"], validations[-1]["item_success"]
-        first_step = validations[0]["step"]
+        first, last = validations[0].item_success, validations[-1].item_success
+        first_step = validations[0].step
         earliest = min((self.run_dir / "validation").glob("step_*.jsonl"), default=None)
         earliest_step = int(earliest.stem.split("_")[1]) if earliest is not None else first_step
         if earliest_step < first_step:
             first_step, first = earliest_step, item_success(load_trajectories(earliest))
-        if first_step == validations[-1]["step"] or set(first) != set(last):
+        if first_step == validations[-1].step or set(first) != set(last):
             return None
         before, after = (100 * sum(v.values()) / len(v) for v in (first, last))
-        return (f"validation success, step {first_step} → {validations[-1]['step']}: {before:.1f}% → {after:.1f}%, "
+        return (f"validation success, step {first_step} → {validations[-1].step}: {before:.1f}% → {after:.1f}%, "
                 f"{change_sentence(first, last)}")
 
     def _load_generator(self, weights: dict[str, torch.Tensor]) -> None:
@@ -930,7 +944,7 @@ class RLTrainer(Trainer):
         return rl_objective(context.spec, inputs)
 
     # ------------------------------------------------------------------ validate and save
-    def validate(self, step: int) -> dict[str, Any]:
+    def validate(self, step: int) -> Validation:
         """Success on held-out items at the evaluation horizon; logged as val/*."""
         from ..progress import progress_bar
 
@@ -957,7 +971,7 @@ class RLTrainer(Trainer):
         self._timed["validation"] = _clock() - began
         return summary
 
-    def take_baseline(self, path: str) -> dict[str, Any]:
+    def take_baseline(self, path: str) -> Validation:
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
         played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
         from ..progress import progress_bar
@@ -985,18 +999,18 @@ class RLTrainer(Trainer):
                  "identically)")
         return self._record_validation(0, saved)
 
-    def _record_validation(self, step: int, trajectories: list[Trajectory]) -> dict[str, Any]:
+    def _record_validation(self, step: int, trajectories: list[Trajectory]) -> Validation:
         """Save, log and summarise a validation's episodes."""
         stats = summarize(trajectories)
         if self.config.train.save_trajectories:  # per-item results, for paired comparisons of runs
             save_trajectories(trajectories, self.run_dir / "validation" / f"step_{step:06d}.jsonl")
-        self.metrics.log(step, {metric.VAL_SUCCESS: stats["success"], metric.VAL_REWARD: stats["avg_reward"],
-                                **{metric.category_success("val", c): v for c, v in stats["by_category"].items()},
+        self.metrics.log(step, {metric.VAL_SUCCESS: stats.success, metric.VAL_REWARD: stats.avg_reward,
+                                **{metric.category_success("val", c): v for c, v in stats.by_category.items()},
                                 **(per_env_metrics("val", stats) if self.mixed else {})})
-        per_env = "".join(f", {env_id} {env['success']:.3f}" for env_id, env in stats["by_env"].items()
+        per_env = "".join(f", {env_id} {env.success:.3f}" for env_id, env in stats.by_env.items()
                           if self.mixed)
-        self.log(f"step {step}: validation success {stats['success']:.3f} on {stats['episodes']} items{per_env}")
-        return {"step": step, **stats, "item_success": item_success(trajectories)}
+        self.log(f"step {step}: validation success {stats.success:.3f} on {stats.episodes} items{per_env}")
+        return Validation(step, stats, item_success(trajectories))
 
     def save(self, step: int) -> None:
         """Write `checkpoints/step_<step>/` (rank 0; with FSDP every rank calls it)."""

@@ -29,6 +29,7 @@ from ..envs import registry
 from ..envs.tasks import Task
 from ..errors import UserError
 from ..eval.evaluate import evaluate
+from ..eval.metrics import Summary
 from ..rollout.engine import RolloutEngine
 from ..rollout.backends import backend_of, model_policy
 from ..rollout.policy import ModelPolicy
@@ -123,11 +124,11 @@ def sample_items(tasks: list[Task], count: int, seed: int, tag: str) -> list[Tas
     return random.Random(f"{seed}-{tag}").sample(tasks, count)
 
 
-def eval_metrics(summary: dict[str, Any]) -> dict[str, float]:
+def eval_metrics(summary: Summary) -> dict[str, float]:
     """The `val/*` metrics of an evaluation summary (the RL trainer's names)."""
-    return {metric.VAL_SUCCESS: summary["success"], metric.VAL_REWARD: summary["avg_reward"],
-            metric.VAL_TURNS: summary["avg_turns"], metric.VAL_INVALID_ACTION_RATE: summary["invalid_action_rate"],
-            **{metric.category_success("val", c): v for c, v in summary["by_category"].items()}}
+    return {metric.VAL_SUCCESS: summary.success, metric.VAL_REWARD: summary.avg_reward,
+            metric.VAL_TURNS: summary.avg_turns, metric.VAL_INVALID_ACTION_RATE: summary.invalid_action_rate,
+            **{metric.category_success("val", c): v for c, v in summary.by_category.items()}}
 
 
 def training_threshold_kb(config: Any) -> int:
@@ -254,18 +255,18 @@ class Session:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
                               progress=bar.update)
 
-    def evaluate(self, evaluation: EvalConfig | None = None) -> dict[str, Any]:
+    def evaluate(self, evaluation: EvalConfig | None = None) -> Summary:
         """Success of the model on the first `eval.episodes` items of `env.eval_split`, exactly as
         `agentgym-rl eval` measures it (same engine, same metrics); `evaluation` defaults to the
         config's `eval` section."""
         evaluation = evaluation or self.config.eval
         env = self.config.env
         policy = self.policy(evaluation.temperature, evaluation.listed_actions_only)
-        summary, _ = evaluate(env.id, policy, env.eval_split, evaluation.episodes,
+        played, _ = evaluate(env.id, policy, env.eval_split, evaluation.episodes,
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
                               self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
                               env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only)
-        return summary
+        return played.summary
 
     def save(self, name: str) -> Path:
         """Write `checkpoints/<name>/` (learner state, and `model/`, an HF folder `eval` loads);

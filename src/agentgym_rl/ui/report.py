@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
-from ..eval.metrics import summarize
+from ..eval.metrics import Summary, summarize
 from ..eval.plots import plot_run
 from ..rollout.trajectory import load_trajectories
 from ..runs import CONFIG, read_metrics
@@ -21,7 +21,7 @@ from ..runs import CONFIG, read_metrics
 REPORT = "index.html"
 
 
-def _validation_summaries(run_dir: Path) -> list[tuple[int, dict]]:
+def _validation_summaries(run_dir: Path) -> list[tuple[int, Summary]]:
     """(step, `summarize` of its episodes) of the run's first and last validation."""
     files = sorted((run_dir / "validation").glob("step_*.jsonl"))
     chosen = files[:1] + files[1:][-1:]
@@ -33,18 +33,18 @@ def _validation_summaries(run_dir: Path) -> list[tuple[int, dict]]:
     return found
 
 
-def _table(summaries: list[tuple[int, dict]]) -> str:
+def _table(summaries: list[tuple[int, Summary]]) -> str:
     if not summaries:
         return "<p>No validation episodes were recorded in this run.</p>"
-    categories = sorted({c for _, s in summaries for c in s["by_category"]})
+    categories = sorted({c for _, s in summaries for c in s.by_category})
     head = "".join(f"<th>step {step}</th>" for step, _ in summaries)
     rows = [f"<tr><td>{html.escape(c)}</td>" + "".join(
-        f"<td>{100 * s['by_category'][c]:.1f}%</td>" if c in s["by_category"] else "<td></td>" for _, s in summaries)
+        f"<td>{100 * s.by_category[c]:.1f}%</td>" if c in s.by_category else "<td></td>" for _, s in summaries)
         + "</tr>" for c in categories]
     rows.append("<tr class='total'><td>all</td>" + "".join(
-        f"<td>{100 * s['success']:.1f}% of {s['episodes']}</td>" for _, s in summaries) + "</tr>")
+        f"<td>{100 * s.success:.1f}% of {s.episodes}</td>" for _, s in summaries) + "</tr>")
     rows.append("<tr><td>invalid actions</td>" + "".join(
-        f"<td>{100 * s['invalid_action_rate']:.1f}%</td>" for _, s in summaries) + "</tr>")
+        f"<td>{100 * s.invalid_action_rate:.1f}%</td>" for _, s in summaries) + "</tr>")
     return f"<table><tr><th>category</th>{head}</tr>{''.join(rows)}</table>"
 
 
