@@ -10,8 +10,8 @@ so no model file has to travel: a step's time does not depend on the weights, an
 rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
-                                [--reps 3] [--attention grouped sdpa] [--generator hf slots]
-                                [--dtype float32] [--profile]
+                                [--reps 3] [--attention grouped sdpa] [--generator hf slots graphs]
+                                [--dtype float32] [--profile] [--check-graphs]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -27,8 +27,10 @@ their first `--shared` ids (system prompt and worked example). Columns, in ms, m
 (`agent/attention.py`; on a GPU a decoding step by `grouped_decode_attention`), and `sdpa`,
 transformers' own, which copies the grouped key/value heads under a mask (what a GPU ran before
 2026-11-29): both in one run give their ratio. `--generator` names the generators compared: `hf`
-(`HFGenerator`) and `slots` (`SlotGenerator`, each row in a slot of its own; the forward column
-is the same model step either way).
+(`HFGenerator`), `slots` (`SlotGenerator`, each row in a slot of its own, eager; the forward
+column is the same model step either way) and `graphs` (`SlotGenerator` replaying each decoding
+step as a captured CUDA graph; eager on the CPU). `--check-graphs` first compares `graphs` with
+`slots` on the same prompts (ids equal, logprobs within `GRAPH_LOGPROB_TOL`).
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -128,8 +130,9 @@ def generator_for(model, temperature: float, attention: str = "grouped", kind: s
     from agentgym_rl.agent.generator import HFGenerator
     from agentgym_rl.agent.slot_generator import SlotGenerator
 
-    if kind == "slots":
-        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=rows, max_len=max_len)
+    if kind in ("slots", "graphs"):  # eager, or each decoding step replayed as a CUDA graph
+        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=rows, max_len=max_len,
+                                  cuda_graphs=kind == "graphs")
     else:
         generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
     attend_with(model, attention)  # after the generator, which sets the grouped attention
@@ -149,6 +152,9 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
         for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
             generator = generator_for(model, temperature, attention, kind, rows, max_len)
             kw = {} if temperature == 0 else {"streams": streams}
+            if kind == "graphs":  # capture outside the timing, at the size the timed calls use
+                generator.generate(prompts, n, **kw)
+                generator.reset()
             one = timed(lambda: generator.generate(prompts, 1, **kw), device)
             generator.reset()
             replies: list = []
@@ -161,6 +167,31 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
                 result["turn"].append(timed(lambda: generator.generate(extended, 1, streams=streams), device))
             del generator
     return {name: statistics.median(values) for name, values in result.items()}
+
+
+def check_graphs(model, rows: int, context: int, args) -> None:
+    """The slot generator's replies decoded eagerly and as replayed CUDA graphs, for the same
+    prompts and streams, greedy and sampled: the same ids, logprobs within `GRAPH_LOGPROB_TOL`.
+    Exits 5 when they differ, or when no graph was captured on a CUDA device."""
+    prompts = prompts_for(rows, context, args.group, args.shared, seed=7)
+    max_len = max(map(len, prompts)) + args.new_tokens + 1
+    for temperature in (0.0, 0.8):
+        kw = {} if temperature == 0 else {"streams": list(range(1, rows + 1))}
+        eager, graphed = (generator_for(model, temperature, kind=kind, rows=rows, max_len=max_len)
+                          for kind in ("slots", "graphs"))
+        a, b = (g.generate(prompts, args.new_tokens, **kw) for g in (eager, graphed))
+        same_ids = [x.ids for x in a] == [y.ids for y in b]
+        gap = max((abs(p - q) for x, y in zip(a, b) for p, q in zip(x.logprobs, y.logprobs)), default=0.0)
+        used = graphed._graph is not None
+        print(f"# graphs against eager, temperature {temperature}: ids {'equal' if same_ids else 'DIFFER'}, "
+              f"largest logprob gap {gap:.2e} (tolerance {GRAPH_LOGPROB_TOL:g}), graph {'replayed' if used else 'NOT captured'}",
+              flush=True)
+        if not same_ids or gap > GRAPH_LOGPROB_TOL or (model.device.type == "cuda" and not used):
+            raise SystemExit(5)
+
+
+GRAPH_LOGPROB_TOL = 1e-3
+"""A graph replays the eager step's kernels: any gap is the order of reductions in bfloat16."""
 
 
 def profile(model, rows: int, context: int, attention: str, args, device: torch.device) -> None:
@@ -195,7 +226,9 @@ def main() -> None:
     parser.add_argument("--observation", type=int, default=150, help="new ids of the next turn")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--attention", nargs="+", choices=["grouped", "sdpa"], default=["grouped"])
-    parser.add_argument("--generator", nargs="+", choices=["hf", "slots"], default=["hf"])
+    parser.add_argument("--generator", nargs="+", choices=["hf", "slots", "graphs"], default=["hf"])
+    parser.add_argument("--check-graphs", action="store_true",
+                        help="first compare the slot generator's replies with CUDA graphs and without (exit 5 if they differ)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
@@ -209,6 +242,8 @@ def main() -> None:
     print(f"# {name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"SmolLM2-135M's shape, random weights, {args.dtype}, {args.new_tokens} new tokens; ms, median of "
           f"{args.reps}")
+    if args.check_graphs:
+        check_graphs(model, min(args.rows), min(args.context), args)
     print(f"| generator | attention | rows | context | forward step | greedy step | sampled step | prefill | "
           f"next turn ({args.observation} ids) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -3,7 +3,8 @@
 #   1. the project's dependencies from .whl/ (scripts/gpu-wheels.sh), for a machine that
 #      reaches no registry and has torch, transformers and peft already;
 #   2. torch sees a GPU (the first CUDA call: without one the script stops here, exit 3), then
-#      bench/decode_step.py: HFGenerator against the slot generator, bfloat16 (at most 4 minutes);
+#      bench/decode_step.py: HFGenerator against the slot generator, eager and as CUDA graphs
+#      (checked equal first), bfloat16 (at most 5 minutes);
 #   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation);
 #   4. eval of its checkpoint on the GPU, and the README's one-GPU recipe with --smoke on it;
 #   5. torchrun with one process: an NCCL process group, the learner sharded by FSDP2 over it;
@@ -44,11 +45,14 @@ if [ "$DEVICE" = cuda ] && ! "$PYTHON" -c "import torch, sys; ok = torch.cuda.is
 fi
 
 # The benchmark first, while the loan is fresh: a SmolLM2-shaped decoding step, HFGenerator
-# against the slot generator (eager; CUDA graphs are its next slice), bfloat16, 128 rows of
-# ~1,024 cached tokens. Its table goes to docs/BENCHMARKS.md; a failure here does not stop the checks.
+# against the slot generator eager and replaying CUDA graphs, bfloat16, 128 rows of ~1,024 cached
+# tokens, after checking that graphs and eager give the same replies (--check-graphs: exit 5 if
+# not, or if no graph was captured). Its table goes to docs/BENCHMARKS.md; a failure here does not
+# stop the checks.
 if [ "$DEVICE" = cuda ]; then
-    step timeout 240 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
-        --new-tokens 16 --reps 2 --generator hf slots | tee "$OUT/decode_step.md" || echo "decode_step.py failed" >&2
+    step timeout 300 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
+        --new-tokens 16 --reps 2 --generator hf slots graphs --check-graphs | tee "$OUT/decode_step.md" \
+        || echo "decode_step.py failed" >&2
 fi
 
 GPU=(run.device="$DEVICE" run.dtype=bfloat16)

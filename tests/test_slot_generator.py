@@ -135,3 +135,48 @@ def test_a_prefill_of_some_slots_leaves_the_others_as_they_were(model):
     for layer, old in zip(cache.layers, before):
         assert torch.equal(layer.keys[[1, 3]], old[[1, 3]])
         assert torch.equal(layer.keys[0, :, :3], old[0, :, :3]) and not torch.equal(layer.keys[0, :, 3], old[0, :, 3])
+
+
+def test_stops_checked_every_few_steps_give_the_same_replies_with_fewer_host_looks(model, tiny_tokenizer):
+    """The host looks at whether any row still replies only every `stop_check_every` steps (a
+    device sync each off the CPU): rows that stopped idle in between, and every reply, logprob
+    and the next turn's cache are those of checking every step, and the replies `HFGenerator`'s. The stop ids are tokens the rows
+    sample, so that they stop at different steps."""
+    pad = tiny_tokenizer.pad_token_id
+    prompts, streams = [[20, 21, 22, 23], [30, 31], [50, 51, 52]], [3, 4, 5]
+    free = SlotGenerator(model, pad, [], 1.0, slots=4, max_len=128).generate(prompts, 10, streams=streams)
+    stops = [free[0].ids[2], free[1].ids[5]]
+    every, fourth = (SlotGenerator(model, pad, stops, 1.0, slots=4, max_len=128, stop_check_every=k) for k in (1, 4))
+    hf = HFGenerator(model, pad, stops, 1.0, reuse_cache=True, threads=1)
+    for turn in range(2):
+        got = [generator.generate(prompts, 10, streams=streams) for generator in (every, fourth)]
+        assert _replies(got[0]) == _replies(got[1]) == _replies(hf.generate(prompts, 10, streams=streams))
+        if turn == 0:  # rows stopped at different steps, and one ran to the limit or stopped late
+            assert len({len(g.ids) for g in got[0]}) > 1 and got[0][0].finished and len(got[0][0].ids) <= 3
+        for mine, theirs in zip(*got):
+            assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-6)
+        assert every._cache.lengths.tolist() == fourth._cache.lengths.tolist()
+        if turn == 0:  # the next turn continues each row's cache: all it holds, the last sampled id aside
+            held = sum(len(p) + len(g.ids) - 1 for p, g in zip(prompts, got[0]))
+        prompts = [p + g.ids + [STOP, 60] for p, g in zip(prompts, got[0])]
+    assert every.reused_columns == fourth.reused_columns == held
+    assert fourth.host_checks < every.host_checks
+    with pytest.raises(ValueError, match="stop_check_every"):
+        SlotGenerator(model, pad, [STOP], slots=2, stop_check_every=0)
+
+
+def test_idle_decoding_steps_leave_every_slot_as_it_was(model, tiny_tokenizer):
+    """A CUDA graph is captured after warm-up steps run with every row idle, between two calls:
+    they must change nothing the next turn reads. On the CPU, the same steps, eagerly."""
+    pad = tiny_tokenizer.pad_token_id
+    first = [[20, 21, 22, 23], [30, 31]]
+    plain, idled = (SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=64) for _ in range(2))
+    assert not idled._wants_graphs(next(model.parameters()).device)  # the CPU decodes eagerly
+    replies = [generator.generate(first, 6, streams=[1, 2]) for generator in (plain, idled)]
+    assert _replies(replies[0]) == _replies(replies[1])
+    lengths = idled._cache.lengths.tolist()
+    idled._idle_steps(idled._state, 3)
+    assert idled._cache.lengths.tolist() == lengths
+    second = [p + g.ids + [STOP, 61] for p, g in zip(first, replies[0])]
+    assert _replies(plain.generate(second, 6, streams=[1, 2])) == _replies(idled.generate(second, 6, streams=[1, 2]))
+    assert idled._graph is None

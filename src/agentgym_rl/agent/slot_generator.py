@@ -10,11 +10,60 @@ whatever else is in the batch.
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 from .generator import Generation
 from .sampling import gumbel_noise, position_seeds
 from .slot_cache import SlotCache
+
+
+STOP_CHECK_EVERY = 8
+"""Decoding steps between two stop checks on a GPU: at most 7 steps run after the last row
+stopped, against a device sync every step."""
+
+
+@dataclass
+class _DecodeState:
+    """The decoding loop's tensors, one row per slot (B), all on the model's device.
+
+    Attributes:
+        logits: (B, V) float32 next-token logits of each slot.
+        active: (B,) bool, the rows still replying.
+        positions: (B,) int64, each row's position of its first new token (its streams' counter).
+        streams: (B,) int64 sampling streams, or None (torch's random state).
+        step: () int64, the decoding step the next sample is.
+        last: (B,) int64, each row's last sampled id (fed at the next step where still active).
+        tokens, logprobs: (B, max_new_tokens) the sampled ids (padding after a row stopped) and
+            their log-probabilities.
+        replied: (B,) int64, tokens each row recorded (its reply's length).
+        stops: (S,) int64, the ids that end a reply.
+    """
+
+    logits: Any
+    active: Any
+    positions: Any
+    streams: Any
+    step: Any
+    last: Any
+    tokens: Any
+    logprobs: Any
+    replied: Any
+    stops: Any
+
+    @classmethod
+    def empty(cls, slots: int, vocab: int, max_new_tokens: int, streams: bool, stop_ids: list[int],
+              device: Any) -> "_DecodeState":
+        import torch
+
+        def zeros(*shape: int, dtype: Any = torch.long) -> Any:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        return cls(logits=zeros(slots, vocab, dtype=torch.float32), active=zeros(slots, dtype=torch.bool),
+                   positions=zeros(slots), streams=zeros(slots) if streams else None, step=zeros(), last=zeros(slots),
+                   tokens=zeros(slots, max_new_tokens), logprobs=zeros(slots, max_new_tokens, dtype=torch.float32),
+                   replied=zeros(slots), stops=torch.tensor(stop_ids or [-1], dtype=torch.long, device=device))
 
 
 class SlotGenerator:
@@ -33,14 +82,31 @@ class SlotGenerator:
         slots: rows of the cache: the most prompts of one batch (more are played in turns,
             without continuing each other's caches).
         max_len: tokens a slot holds: an episode's whole conversation.
+        stop_check_every: decoding steps between two looks of the host at whether any row still
+            replies (None: every step on the CPU, `STOP_CHECK_EVERY` on a GPU, whose steps then
+            queue without waiting for the host). Rows that stopped only idle in between.
+        cuda_graphs: replay each decoding step as a captured CUDA graph (None: on a CUDA device;
+            the CPU always decodes eagerly, through the same step).
     """
 
     restricts_replies = False
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
-                 slots: int = 16, max_len: int = 2048):
+                 slots: int = 16, max_len: int = 2048, stop_check_every: int | None = None,
+                 cuda_graphs: bool | None = None):
         self.model, self.pad_id, self.stop_ids, self.temperature = model, pad_id, list(stop_ids), temperature
         self.slots, self.max_len = slots, max_len
+        if stop_check_every is None:  # a check is cheap on the CPU, where each step waits anyway
+            stop_check_every = 1 if next(model.parameters()).device.type == "cpu" else STOP_CHECK_EVERY
+        if stop_check_every < 1:
+            raise ValueError(f"stop_check_every must be >= 1, got {stop_check_every}")
+        self.stop_check_every = stop_check_every
+        self.host_checks = 0
+        """Times the host read whether any row still replies (each a device sync off the CPU)."""
+        self.cuda_graphs = cuda_graphs
+        self._state: _DecodeState | None = None
+        self._graph: Any = None
+        self._graphs_failed = False
         self._cache: SlotCache | None = None
         self._held: list[list[int]] = [[] for _ in range(slots)]
         """Each slot's ids, those in its cache first (`lengths` of them), then its last sampled id."""
@@ -129,10 +195,6 @@ class SlotGenerator:
         sources = torch.tensor([prefill.index(source) for source, _ in copies], device=device)
         position = torch.tensor([len(p) for p in prompts], device=device)  # of each row's next new token
         stream_rows = None if streams is None else torch.tensor(streams, dtype=torch.long, device=device)
-        replies: list[list[int]] = [[] for _ in prompts]
-        logprobs: list[list[float]] = [[] for _ in prompts]
-        active = [True] * len(prompts)
-        stops = set(self.stop_ids)
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
@@ -141,28 +203,127 @@ class SlotGenerator:
             if copied:
                 cache.copy_rows(torch.tensor([s for s, _ in copied], device=device),
                                 torch.tensor([r for _, r in copied], device=device))
-            logits = logits[sources]  # (N, V)
-            for step in range(max_new_tokens):
-                chosen, chosen_logprobs = self._sample(logits, stream_rows, position + step)
-                feed, fed = [self.pad_id] * self.slots, [0] * self.slots  # built here, sent once
-                for i, (token, logprob) in enumerate(zip(chosen.tolist(), chosen_logprobs.tolist())):
-                    if not active[i]:
-                        continue
-                    replies[i].append(token)
-                    logprobs[i].append(logprob)
-                    if token in stops:
-                        active[i] = False
-                    else:
-                        feed[rows[i]], fed[rows[i]] = token, 1
-                if not any(active) or step + 1 == max_new_tokens:
-                    break
-                logits = self._forward(torch.tensor(feed, device=device)[:, None],
-                                       torch.tensor(fed, device=device))[index]
+            # Decoding keeps every slot (the shapes a CUDA graph captures): the call's rows read
+            # their prefill's logits, the others never record a token.
+            state = self._decode_state(logits, sources, index, position, stream_rows, max_new_tokens, device)
+            steps = self._decode(state, max_new_tokens)
+        counts = state.replied[index].tolist()
+        tokens, scores = state.tokens[index, :steps].tolist(), state.logprobs[index, :steps].tolist()
+        replies = [row[:count] for row, count in zip(tokens, counts)]
+        logprobs = [row[:count] for row, count in zip(scores, counts)]
         self.model.train(was_training)
         for row, prompt, reply in zip(rows, prompts, replies):
             self._held[row] = prompt + reply  # the cache holds all but the last sampled id
         return [Generation(reply, logprob, reply[-1] in self.stop_ids if reply else False)
                 for reply, logprob in zip(replies, logprobs)]
+
+    def _decode_state(self, logits: Any, sources: Any, index: Any, position: Any, streams: Any,
+                      max_new_tokens: int, device: Any) -> "_DecodeState":
+        """The decoding loop's tensors, one row a slot, filled in place (a captured graph reads
+        these very tensors): the call's rows (`index`, (N,)) active, with the prefill's next-token
+        logits (`logits[sources]`), their next positions and streams; the other slots idle."""
+        import torch
+
+        state = self._state
+        if (state is None or state.tokens.shape[1] < max_new_tokens or (streams is None) != (state.streams is None)
+                or state.logits.shape[-1] != logits.shape[-1]):
+            state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
+                                                     self.stop_ids, device)
+            self._graph = None  # a graph replays the tensors it was captured over
+        if self._graph is None and self._wants_graphs(device):
+            self._capture(state)
+        state.logits.zero_()
+        state.logits[index] = logits[sources]
+        state.active.zero_()
+        state.active[index] = True
+        state.positions.zero_()
+        state.positions[index] = position
+        if streams is not None:
+            state.streams.zero_()
+            state.streams[index] = streams
+        state.step.zero_()
+        state.tokens.fill_(self.pad_id)
+        state.logprobs.zero_()
+        state.replied.zero_()
+        return state
+
+    def _wants_graphs(self, device: Any) -> bool:
+        return self.cuda_graphs is not False and device.type == "cuda" and not self._graphs_failed
+
+    def _capture(self, state: "_DecodeState") -> None:
+        """Capture one decoding step over `state`'s tensors as a CUDA graph (torch.cuda.CUDAGraph),
+        after two eager warm-up steps on a side stream, every row idle: an idle row feeds padding
+        its slot never keeps, so nothing the next call reads changes. A step that cannot be
+        captured (an operation that waits on the host) leaves decoding eager, said once."""
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(stream):
+                self._idle_steps(state, 2)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            state.step.zero_()
+            with torch.cuda.graph(graph):
+                self._decode_step(state)
+        except RuntimeError as error:
+            self._graphs_failed = True
+            warnings.warn(f"decoding steps could not be captured as a CUDA graph; decoding eagerly ({error})",
+                          stacklevel=2)
+            return
+        self._graph = graph
+
+    def _idle_steps(self, state: "_DecodeState", count: int) -> None:
+        """`count` decoding steps with every row idle (a graph's warm-up): each slot is fed
+        padding it never keeps, so its cache and length stay as they were."""
+        state.active.zero_()
+        for _ in range(count):
+            state.step.zero_()
+            self._decode_step(state)
+
+    def _decode(self, state: "_DecodeState", max_new_tokens: int) -> int:
+        """Sample up to `max_new_tokens` tokens a row into `state`, in place; returns the steps
+        run. The host looks at the rows only every `stop_check_every` steps (whether any still
+        replies): in between, a step is device work alone, and a row that stopped only feeds
+        padding its slot never keeps. The last token sampled is not fed back."""
+        self._record(state)
+        steps = 1
+        while steps < max_new_tokens:
+            if steps % self.stop_check_every == 0:
+                self.host_checks += 1
+                if not bool(state.active.any()):
+                    break
+            if self._graph is not None:
+                self._graph.replay()
+            else:
+                self._decode_step(state)
+            steps += 1
+        return steps
+
+    def _decode_step(self, state: "_DecodeState") -> None:
+        """One decoding step over every slot, on the device alone and in place (fixed shapes, no
+        host sync: what a CUDA graph captures): the tokens of the rows that still reply go through
+        the model, then each row's next token is sampled and recorded."""
+        import torch
+
+        feed = torch.where(state.active, state.last, self.pad_id)
+        state.logits.copy_(self._forward(feed[:, None], state.active.long()))
+        self._record(state)
+
+    def _record(self, state: "_DecodeState") -> None:
+        """Sample each slot's token from its logits, at its stream's position; record it where
+        the row still replies, and stop a row whose token ends the reply."""
+        import torch
+
+        chosen, logprobs = self._sample(state.logits, state.streams, state.positions + state.step)
+        column = state.step.expand(self.slots, 1)
+        state.tokens.scatter_(1, column, torch.where(state.active, chosen, self.pad_id)[:, None])
+        state.logprobs.scatter_(1, column, torch.where(state.active, logprobs, 0.0)[:, None])
+        state.replied.add_(state.active.long())
+        state.active.logical_and_(~torch.isin(chosen, state.stops))
+        state.last.copy_(chosen)
+        state.step.add_(1)
 
     def _forward(self, ids: Any, counts: Any, rows: Any = None) -> Any:
         """(B, V) float32 next-token logits after `ids` (B, Q), left-padded, `counts` real tokens
