@@ -5,6 +5,11 @@ streams, greedy and sampled, over a second turn that runs only its new tokens.""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import types
+import warnings
+
 import pytest
 import torch
 
@@ -180,3 +185,68 @@ def test_idle_decoding_steps_leave_every_slot_as_it_was(model, tiny_tokenizer):
     second = [p + g.ids + [STOP, 61] for p, g in zip(first, replies[0])]
     assert _replies(plain.generate(second, 6, streams=[1, 2])) == _replies(idled.generate(second, 6, streams=[1, 2]))
     assert idled._graph is None
+
+
+class _FakeCuda:
+    """What `SlotGenerator._capture` calls of `torch.cuda`, on the CPU: a graph "captured" over
+    the decode state's tensors as they are at capture time, and replayed as that eager step on
+    those same tensors (a real graph replays its kernels on the memory it captured). With
+    `fail`, capturing raises as a host sync inside a capture does."""
+
+    def __init__(self, generator, fail: bool = False):
+        self.generator, self.fail, self.replays = generator, fail, 0
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    def current_stream(self):
+        return self.Stream()
+
+    def stream(self, stream):
+        return contextlib.nullcontext()
+
+    def CUDAGraph(self):  # noqa: N802 (torch's name)
+        return types.SimpleNamespace(replay=None)
+
+    @contextlib.contextmanager
+    def graph(self, graph):
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        yield  # the captured step runs here once, every row idle
+        captured = dataclasses.replace(self.generator._state)  # the tensors, not their values
+
+        def replay():
+            self.replays += 1
+            self.generator._decode_step(captured)
+
+        graph.replay = replay
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer, monkeypatch, fail):
+    """The CUDA-graph path on the CPU with a stand-in for torch.cuda: replaying the step captured
+    over the decode state gives the eager replies over two turns and calls of other lengths; a
+    step that cannot be captured leaves decoding eager, with one warning."""
+    pad = tiny_tokenizer.pad_token_id
+    eager = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=96)
+    graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=96, cuda_graphs=True)
+    fake = _FakeCuda(graphed, fail)
+    monkeypatch.setattr(graphed, "_wants_graphs", lambda device: not graphed._graphs_failed)
+    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    prompts = [[20, 21, 22, 23], [30, 31]]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for new_tokens in (6, 9, 4):
+            expected = eager.generate(prompts, new_tokens, streams=[1, 2])
+            assert _replies(graphed.generate(prompts, new_tokens, streams=[1, 2])) == _replies(expected)
+            prompts = [p + g.ids + [STOP, 61] for p, g in zip(prompts, expected)]
+    assert graphed.reused_columns == eager.reused_columns > 0
+    if fail:
+        assert graphed._graph is None and fake.replays == 0
+        assert [str(w.message) for w in said if "CUDA graph" in str(w.message)] == [
+            "decoding steps could not be captured as a CUDA graph; decoding eagerly (operation not permitted when "
+            "stream is capturing)"]
+    else:
+        assert graphed._graph is not None and fake.replays > 0 and not said
