@@ -93,6 +93,8 @@ def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
     with pytest.raises(ValueError, match="dynamic_sampling refills groups"):
         AlgoConfig(name="ppo", dynamic_sampling=2)
     assert AlgoConfig(name="rloo", dynamic_sampling=2).dynamic_sampling == 2
+    with pytest.raises(ValueError, match="dynamic_sampling_filter keeps groups"):
+        AlgoConfig(name="ppo", dynamic_sampling_filter=True)
 
 
 def test_presets_are_frozen_and_validated():

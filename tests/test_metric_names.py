@@ -15,7 +15,7 @@ from agentgym_rl import metric_names as metric
 from agentgym_rl.ui.app import create_app
 
 SRC = Path(metric.__file__).parent
-KEY = re.compile(r"^(train|val|update|adv|rollout|time|async|env|sample|sft|data|pairs)/([a-z_]|$)")
+KEY = re.compile(r"^(train|val|update|adv|rollout|time|async|env|sample|sampling|sft|data|pairs|rewards)/([a-z_]|$)")
 """The start of a metrics.jsonl key: a group and a slash, then a name, or nothing (the literal part
 of an f-string that adds the name)."""
 

@@ -585,6 +585,54 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
     assert seeds[len(seeds_before):] == seeds_before and len(set(seeds_before)) == len(seeds_before)
 
 
+def test_dapo_filter_keeps_the_first_groups_with_a_reward_spread_by_hand():
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import dapo_filter
+
+    def row(group, reward, error=None):
+        return Trajectory("e", f"e_{group}", "c", group=group, turn_rewards=[reward], error=error)
+
+    rows = [row(0, 0.0), row(0, 0.0),                     # tied: dropped
+            row(1, 1.0), row(1, 0.0),                     # kept
+            row(2, 0.0), row(2, 1.0, error="crash"),      # its spread is an error's: tied, dropped
+            row(3, 0.5), row(3, 0.0),                     # kept
+            row(4, 1.0), row(4, 0.0)]                     # a spread beyond 2 groups: dropped
+    kept, dropped = dapo_filter(rows, groups=2)
+    assert [(t.group, t.reward) for t in kept] == [(1, 1.0), (1, 0.0), (3, 0.5), (3, 0.0)] and dropped == 3
+    assert dapo_filter(rows, groups=5)[1] == 2  # fewer groups with a signal than asked: the batch is smaller
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_the_dapo_filter_trains_on_tasks_per_step_groups_with_a_signal(tmp_path, counter_env_registered, filtered):
+    """Refills played until 4 groups have a reward spread: with algo.dynamic_sampling_filter the
+    update trains on exactly those 4 groups (the tied ones dropped, counted); without it, on every
+    group played (the KL term keeps the tied rows), as RESULTS' runs did."""
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = toy_config(tmp_path, "algo.tasks_per_step=4", "algo.group_size=2", "algo.dynamic_sampling=3",
+                        "algo.kl_coef=0.001", f"algo.dynamic_sampling_filter={str(filtered).lower()}",
+                        name=f"dapo_{filtered}")
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+
+    def scripted(tasks, horizon, sampling_seed, journal=None):
+        return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward],
+                           input_ids=[5, 6, 7, 8], loss_mask=[0, 1, 1, 1], logprobs=[0.0, -1.0, -1.0, -1.0])
+                for group, task in enumerate(tasks) for reward in ((0.0, 0.0) if task.index % 2 == 0 else (1.0, 0.0))]
+
+    trainer._play = scripted
+    trajectories, _ = trainer._play_step(step=5, horizon=3)
+    played = len({t.group for t in trajectories})
+    assert played > 4  # some groups tied and were refilled
+    trained, metrics = trainer._trained(trajectories)
+    updated = trainer.update(trained, 5)
+    if filtered:
+        assert metrics == {"sampling/groups_dropped": played - 4} and updated["update/trajectories"] == 8
+    else:
+        assert metrics == {} and updated["update/trajectories"] == 2 * played
+
+
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):
     """Every row's reply went wrong at position 1, where token 12 would have continued a
     listed action. Without a penalty the tied group has no advantage, yet the right-token

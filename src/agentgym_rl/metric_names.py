@@ -65,6 +65,16 @@ VAL_REWARD = "val/reward"
 VAL_TURNS = "val/turns"
 VAL_INVALID_ACTION_RATE = "val/invalid_action_rate"
 
+SAMPLING_REFILL_ROUNDS = "sampling/refill_rounds"
+SAMPLING_EXTRA_GROUPS = "sampling/extra_groups"
+SAMPLING_GROUPS_WITH_SIGNAL = "sampling/groups_with_signal"
+SAMPLING_GROUPS_DROPPED = "sampling/groups_dropped"
+
+DPO_CHOSEN = "rewards/chosen"
+DPO_REJECTED = "rewards/rejected"
+DPO_MARGIN = "rewards/margin"
+DPO_ACCURACY = "rewards/accuracy"
+
 SAMPLE_SUCCESS = "sample/success"
 SAMPLE_ITEMS_SOLVED = "sample/items_solved"
 SAMPLE_ERRORS = "sample/errors"
@@ -162,6 +172,14 @@ DOCS = {
     VAL_REWARD: "mean validation episode reward",
     VAL_TURNS: "mean turns of a validation episode",
     VAL_INVALID_ACTION_RATE: "share of validation turns with a rejected action",
+    SAMPLING_REFILL_ROUNDS: "dynamic sampling: rounds that played new tasks for groups whose rewards tied",
+    SAMPLING_EXTRA_GROUPS: "dynamic sampling: groups played beyond tasks_per_step",
+    SAMPLING_GROUPS_WITH_SIGNAL: "dynamic sampling: groups whose rewards differ (a group-relative signal)",
+    SAMPLING_GROUPS_DROPPED: "dynamic sampling's filter: groups left out of the update (tied, or beyond tasks_per_step)",
+    DPO_CHOSEN: "DPO: mean implicit reward of the chosen episodes, β · log(π/π_ref)",
+    DPO_REJECTED: "DPO: mean implicit reward of the rejected episodes",
+    DPO_MARGIN: "DPO: mean chosen − rejected implicit reward",
+    DPO_ACCURACY: "DPO: share of pairs whose chosen episode has the higher implicit reward",
     SAMPLE_SUCCESS: "share of a rejection-sampling round's samples that succeeded",
     SAMPLE_ITEMS_SOLVED: "items solved at least once in a rejection-sampling round",
     SAMPLE_ERRORS: "samples that failed in the environment",

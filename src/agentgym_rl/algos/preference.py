@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import metric_names as metric
 from .masked import masked_sum
 from .registry import Metrics, register_loss
 
@@ -95,9 +96,9 @@ def dpo_loss(
 
     with torch.no_grad():
         metrics = {
-            "rewards/chosen": chosen_rewards.mean().item(),
-            "rewards/rejected": rejected_rewards.mean().item(),
-            "rewards/margin": margin.mean().item(),
-            "rewards/accuracy": (margin > 0).float().mean().item(),
+            metric.DPO_CHOSEN: chosen_rewards.mean().item(),
+            metric.DPO_REJECTED: rejected_rewards.mean().item(),
+            metric.DPO_MARGIN: margin.mean().item(),
+            metric.DPO_ACCURACY: (margin > 0).float().mean().item(),
         }
     return loss, metrics

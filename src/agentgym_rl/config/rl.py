@@ -62,9 +62,17 @@ class AlgoRunConfig:
     advantage; after the step's groups are played, as many new tasks as there are such groups
     short of `tasks_per_step` with a reward spread are played, up to this many times. The tied
     groups stay in the batch (their rows are left out of the update by skip_zero_advantage,
-    unless a token penalty or gigpo's step level gives them a signal); `sampling/*` metrics
+    unless a KL term, a token penalty or gigpo's step level keeps them; `dynamic_sampling_filter`
+    drops them, as DAPO does); `sampling/*` metrics
     count the extra groups. Only for the algorithms that compare a task's samples (grpo, gigpo,
     rloo, loop)."""
+    dynamic_sampling_filter: bool = False
+    """DAPO's filter over the groups a step played (with or without refill rounds): the update
+    trains only on the first `tasks_per_step` groups whose rewards differ, dropping the tied ones
+    (even where a token penalty or gigpo's step level would give them a signal) and any beyond,
+    so the batch keeps its size; `sampling/groups_dropped` counts them. The step's success,
+    reward and saved episodes still cover every group played. False (the default): every group
+    is in the batch, as in the runs RESULTS records."""
 
     def __post_init__(self) -> None:
         spec = self.spec()  # an unknown name or a value the recipe cannot take fails here
@@ -72,6 +80,9 @@ class AlgoRunConfig:
             raise ValueError("tis_cap needs recompute_old_logprobs: true (without the learner's own scoring "
                              "the generator's logprobs are the old ones and every weight would be 1)")
         grouped = "group_ids" in advantage_inputs(spec.advantage)[0]
+        if self.dynamic_sampling_filter and not grouped:
+            raise ValueError(f"dynamic_sampling_filter keeps groups whose rewards differ; {self.name}'s advantage "
+                             "does not compare a task's samples (use grpo, gigpo, rloo or loop)")
         if self.dynamic_sampling and not grouped:
             raise ValueError(f"dynamic_sampling refills groups whose rewards tie; {self.name}'s advantage does not "
                              "compare a task's samples (use grpo, gigpo, rloo or loop, or dynamic_sampling: 0)")

@@ -177,7 +177,7 @@ class DPOTrainer(Trainer):
                     step += 1
                     metrics.log(step, {**values, "epoch": epoch + 1})
                     bar.update(1)
-                    bar.set_postfix(loss=f"{values['loss']:.3f}", acc=f"{values['rewards/accuracy']:.2f}")
+                    bar.set_postfix(loss=f"{values['loss']:.3f}", acc=f"{values[metric.DPO_ACCURACY]:.2f}")
         folder = session.save("final")
         if cfg.eval.episodes:
             after = session.evaluate()

@@ -263,6 +263,17 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
     return {group for group, values in rewards.items() if max(values) - min(values) > 1e-9}
 
 
+def dapo_filter(trajectories: list[Trajectory], groups: int) -> tuple[list[Trajectory], int]:
+    """DAPO's filter (Yu et al. 2025, dynamic sampling): the episodes of the first `groups` groups
+    (by group id, the order they were played in) whose rewards differ, and how many groups were
+    left out: those whose rewards tie, which give no group-relative advantage, and those beyond
+    `groups`, so that the batch keeps its size."""
+    kept = sorted(groups_with_reward_spread(trajectories))[:groups]
+    chosen = set(kept)
+    played = {trajectory.group for trajectory in trajectories}
+    return [t for t in trajectories if t.group in chosen], len(played) - len(chosen)
+
+
 def advantage_fields(rows: list[Trajectory], mask: torch.Tensor, values: torch.Tensor | None,
                      estimator: str) -> dict[str, Any]:
     """The batch fields of `rows` an advantage estimator reads (`algos.ADVANTAGE_FIELDS`):
@@ -528,8 +539,9 @@ class RLTrainer(Trainer):
                 step_began = _clock()  # the time limit's clock: a test replaces it
                 played = rollouts.take(step)
                 updated = time.time()
-                update_metrics = {**played.metrics, **rollouts.extra_metrics(played),
-                                  **self.update(played.trajectories, step)}
+                trained, filtered = self._trained(played.trajectories)
+                update_metrics = {**played.metrics, **filtered, **rollouts.extra_metrics(played),
+                                  **self.update(trained, step)}
                 self._sync_generators()
                 run.last_step = done = step + 1
                 out_of_time = done < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began, done)
@@ -779,11 +791,21 @@ class RLTrainer(Trainer):
                             metric.ROLLOUT_REREAD_EPISODES: self.engine.reread - reread})
         if not algo.dynamic_sampling:
             return trajectories, metrics
-        return trajectories, {**metrics, "sampling/refill_rounds": rounds,
-                              "sampling/extra_groups": len(played_tasks) - algo.tasks_per_step,
-                              "sampling/groups_with_signal": len(with_signal)}
+        return trajectories, {**metrics, metric.SAMPLING_REFILL_ROUNDS: rounds,
+                              metric.SAMPLING_EXTRA_GROUPS: len(played_tasks) - algo.tasks_per_step,
+                              metric.SAMPLING_GROUPS_WITH_SIGNAL: len(with_signal)}
 
     # ---------------------------------------------------------------------------- update
+    def _trained(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's episodes the update trains on, and the filter's metrics: all of them, or with
+        `algo.dynamic_sampling_filter` only the groups DAPO's filter keeps (the step's success,
+        reward and saved episodes still cover them all)."""
+        algo = self.config.algo
+        if not algo.dynamic_sampling_filter:
+            return trajectories, {}
+        kept, dropped = dapo_filter(trajectories, algo.tasks_per_step)
+        return kept, {metric.SAMPLING_GROUPS_DROPPED: dropped}
+
     def update(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
         """Advantages by the algorithm's estimator, then `epochs` passes of the recipe's objective
         (`algos.rl_objective`: the policy loss plus value, KL, right-token and entropy terms as
