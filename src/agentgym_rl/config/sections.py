@@ -116,6 +116,14 @@ class EnvConfig:
     """Training rollouts only (RL's, and the samples DPO pairs and RFT filters): subtract this
     from the reward of each step the environment marks invalid (`envs.wrappers.InvalidActionPenalty`).
     Validation and evaluation keep the environment's own reward."""
+    reward: str | None = None
+    """A reward written in Python, "package.module:function", called with (trajectory, info)
+    once an episode ends and returning a number (`rollout/rewards.py`): in training, validation
+    and `eval` alike (not `bench-agent`, which reports the environments' own rewards). Null: the
+    environment's reward alone."""
+    reward_mode: Literal["replace", "add"] = "replace"
+    """How `reward`'s value meets the environment's: "replace" makes it the episode's reward (on
+    its last turn, the others 0), "add" adds it to the environment's."""
 
     def __post_init__(self) -> None:
         if self.spawn_servers and self.urls:

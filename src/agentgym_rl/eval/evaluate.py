@@ -14,6 +14,7 @@ from ..config import DEFAULT_DEVICE, PlayConfig, RolloutConfig
 from ..envs.tasks import choose_items
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
+from ..rollout.rewards import EpisodeReward
 from ..rollout.backends import folder_policy
 from ..rollout.trajectory import Trajectory
 from ..agent.allocator import mmap_threshold_kb, set_mmap_threshold
@@ -118,7 +119,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              env_kwargs: dict | None = None, desc: str | None = None, device: str = DEFAULT_DEVICE,
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
              listed_actions_only: bool = False, items: str = "first", journal: Journal | None = None,
-             log: Callable[[str], Any] = print) -> tuple[Evaluation, list[Trajectory]]:
+             log: Callable[[str], Any] = print, reward: EpisodeReward | None = None) -> tuple[Evaluation, list[Trajectory]]:
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
     categories: `envs.tasks.choose_items`), `samples` times each (`listed_actions_only`: a model
     policy named by its folder replies only with listed actions, see `ModelPolicy`). With
@@ -150,7 +151,7 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     if listed_actions_only:
         _check_listable(make_env, tasks[0], seed, "replies cannot be restricted to them (BabyAI lists them with "
                         "env.kwargs.list_actions=true)")
-    engine = RolloutEngine(make_env, rollout)
+    engine = RolloutEngine(make_env, rollout, reward)
     from ..progress import progress_bar
 
     with engine, progress_bar(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
@@ -183,7 +184,8 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
                     env_kwargs=config.env.kwargs, desc=desc, device=config.run.device, dtype=config.run.dtype,
                     env_urls=config.env.urls, env_timeout=config.env.server_timeout,
                     listed_actions_only=config.eval.listed_actions_only, items=config.eval.items,
-                    journal=eval_journal(journal, config, policy) if journal is not None else None, log=log)
+                    journal=eval_journal(journal, config, policy) if journal is not None else None, log=log,
+                    reward=EpisodeReward.from_config(config.env.reward, config.env.reward_mode))
 
 
 def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:

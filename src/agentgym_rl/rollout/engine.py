@@ -31,6 +31,7 @@ from ..envs.tasks import Task
 from ..errors import UserError
 from .journal import Journal
 from .policy import Policy, Reply, as_policy
+from .rewards import EpisodeReward
 from .trajectory import Trajectory
 
 _JOURNALED = ("task", "group", "record", "done", "ids", "reply_start", "reply_ids", "state_key", "branches",
@@ -60,6 +61,8 @@ class _Episode:
     stream: int | None = None
     """The random stream its sampling draws from (`agent.sampling`; None: the process' own)."""
     dropped: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    """The environment's last `info` (what `env.reward`'s function is given)."""
     """A failed attempt that was played again: not returned."""
 
 
@@ -71,9 +74,11 @@ class RolloutEngine:
         config: token limits, threads and prompt options.
     """
 
-    def __init__(self, make_env: Callable[[], TextEnv], config: RolloutConfig | None = None):
+    def __init__(self, make_env: Callable[[], TextEnv], config: RolloutConfig | None = None,
+                 reward: EpisodeReward | None = None):
         self.make_env = make_env
         self.config = config or RolloutConfig()
+        self.reward = reward  # `env.reward`: a Python function's reward put on each finished episode
         self._idle: list[TextEnv] = []  # environments whose episode ended cleanly, ready for the next
         self._idle_lock = threading.Lock()
         self.envs_made = 0
@@ -465,6 +470,7 @@ class RolloutEngine:
                 record.right_tokens.append(right_next_tokens(episode.reply_ids, wrong, decode,
                                                              policy.encoder.encode_text, actions))
         turn = record.turns
+        episode.info = info
         record.turn_rewards.append(float(reward))
         record.state_keys.append(episode.state_key)
         episode.state_key = str(info.get("state_key") or "")
@@ -502,6 +508,12 @@ class RolloutEngine:
         return episode
 
     def _finish(self, episode: _Episode) -> None:
+        if self.reward is not None and episode.record.error is None:
+            try:
+                self.reward.apply(episode.record, episode.info)
+            except Exception as error:  # noqa: BLE001 — a reward that fails fails its episode, as data
+                last = traceback.format_exception_only(type(error), error)[-1].strip()
+                episode.record.error = f"{self.reward.name}: {last}"
         episode.done = True
         env, episode.env = episode.env, None
         if env is None:

@@ -26,6 +26,7 @@ from ..envs.ray_env import actor_failure, connect, parse_address
 from ..envs.tasks import Task
 from ..errors import UserError
 from .engine import RolloutEngine
+from .rewards import EpisodeReward
 from .backends import model_policy
 from .trajectory import Trajectory
 
@@ -53,7 +54,7 @@ class _RolloutWorker:
         self.policy = model_policy(self.model, tokenizer, temperature, rollout)
         make_env = registry.env_factory(env["id"], env["kwargs"], env["urls"], env["timeout"])
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env["invalid_action_penalty"]),
-                                    rollout)
+                                    rollout, EpisodeReward.from_config(env.get("reward"), env.get("reward_mode", "replace")))
 
     def load(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)

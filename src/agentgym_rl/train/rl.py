@@ -29,6 +29,7 @@ from ..eval.metrics import Summary, change_sentence, item_success, summarize
 from ..rollout.backends import backend_of
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
+from ..rollout.rewards import EpisodeReward
 from ..rollout.trajectory import Trajectory, load_trajectories, save_trajectories
 from ..runs import CONFIG, check_writable, checkpoints, disk_stop, holds_run, prune_checkpoints, validated_steps
 from . import distributed
@@ -367,9 +368,10 @@ class RLTrainer(Trainer):
         # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
+        reward = EpisodeReward.from_config(config.env.reward, config.env.reward_mode)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
-                                    dataclasses.replace(config.rollout, locate_wrong_tokens=locate))
-        self.val_engine = RolloutEngine(make_val_env, config.rollout)
+                                    dataclasses.replace(config.rollout, locate_wrong_tokens=locate), reward)
+        self.val_engine = RolloutEngine(make_val_env, config.rollout, reward)
         self.workers = None  # Ray rollout workers (`rollout.workers`), started with the model
         if config.rollout.workers:
             from ..envs.ray_env import parse_address
@@ -453,7 +455,8 @@ class RLTrainer(Trainer):
 
         cfg = self.config
         env = {"id": cfg.env.id, "kwargs": cfg.env.kwargs, "urls": cfg.env.urls, "timeout": cfg.env.server_timeout,
-               "invalid_action_penalty": cfg.env.invalid_action_penalty}
+               "invalid_action_penalty": cfg.env.invalid_action_penalty, "reward": cfg.env.reward,
+               "reward_mode": cfg.env.reward_mode}
         plural = "s" if cfg.rollout.workers != 1 else ""
         self.log(f"starting {cfg.rollout.workers} Ray rollout worker{plural} ({cfg.rollout.workers_address})")
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,

@@ -31,6 +31,7 @@ from ..errors import UserError
 from ..eval.evaluate import evaluate
 from ..eval.metrics import Summary
 from ..rollout.engine import RolloutEngine
+from ..rollout.rewards import EpisodeReward
 from ..rollout.backends import backend_of, model_policy
 from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
@@ -249,7 +250,7 @@ class Session:
         env = self.config.env
         make_env = registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout)
         engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env.invalid_action_penalty),
-                               self.config.rollout)
+                               self.config.rollout, EpisodeReward.from_config(env.reward, env.reward_mode))
         horizon = max_turns or registry.spec(env.id).max_turns
         with engine, progress_bar(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
@@ -265,7 +266,8 @@ class Session:
         played, _ = evaluate(env.id, policy, env.eval_split, evaluation.episodes,
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
                               self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
-                              env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only)
+                              env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only,
+                              reward=EpisodeReward.from_config(env.reward, env.reward_mode))
         return played.summary
 
     def save(self, name: str) -> Path:
