@@ -28,3 +28,14 @@ def reply_chars(trajectory, info):
 
 def reply_chars_and_a_half(trajectory, info):
     return reply_chars(trajectory, info) + 0.5
+
+
+def transcript_score(trajectory, info):
+    """What the stand-in judge of tests/test_judge.py answers for this episode."""
+    from agentgym_rl.rollout.judge import transcript
+
+    return judge_score(transcript(trajectory))
+
+
+def judge_score(text: str) -> float:
+    return (len(text) % 7) / 10

@@ -86,6 +86,23 @@ class RunConfig:
 
 
 @dataclass(config=SECTION)
+class JudgeConfig:
+    """An LLM judge as the reward (`rollout/judge.py`): a chat model scores each finished episode
+    from 0 to 1 against `rubric`."""
+
+    url: str | None = None
+    """An OpenAI-compatible API root, e.g. http://127.0.0.1:8000/v1 (`agentgym-rl serve-model`
+    serves one); the bearer token is $OPENAI_API_KEY. Null: no judge."""
+    model: str = "judge"
+    """The model name the endpoint serves (`serve-model`'s: its folder's name; `GET /v1/models`)."""
+    rubric: str = "A good episode reaches the task's goal in few turns, taking only valid actions."
+    """What a good episode is, in the judge's instruction."""
+    cache: str | None = None
+    """A JSON-lines file of the judge's scores by (model, rubric, transcript), read at start and
+    appended to: episodes judged before are not asked about again (null: in memory only)."""
+
+
+@dataclass(config=SECTION)
 class EnvConfig:
     """Which environment and splits."""
 
@@ -122,12 +139,16 @@ class EnvConfig:
     and `eval` alike (not `bench-agent`, which reports the environments' own rewards). Null: the
     environment's reward alone."""
     reward_mode: Literal["replace", "add"] = "replace"
-    """How `reward`'s value meets the environment's: "replace" makes it the episode's reward (on
-    its last turn, the others 0), "add" adds it to the environment's."""
+    """How `reward`'s (or the judge's) value meets the environment's: "replace" makes it the
+    episode's reward (on its last turn, the others 0), "add" adds it to the environment's."""
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    """An LLM judge's score as the reward (`judge.url` set), in place of `reward`."""
 
     def __post_init__(self) -> None:
         if self.spawn_servers and self.urls:
             raise ValueError("env.spawn_servers starts the run's own servers; leave env.urls empty with it")
+        if self.reward and self.judge.url:
+            raise ValueError("env.reward and env.judge.url each give the reward: set one of them")
 
 
 @dataclass(config=SECTION)

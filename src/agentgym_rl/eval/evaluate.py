@@ -185,7 +185,7 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
                     env_urls=config.env.urls, env_timeout=config.env.server_timeout,
                     listed_actions_only=config.eval.listed_actions_only, items=config.eval.items,
                     journal=eval_journal(journal, config, policy) if journal is not None else None, log=log,
-                    reward=EpisodeReward.from_config(config.env.reward, config.env.reward_mode))
+                    reward=EpisodeReward.from_env(config.env))
 
 
 def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:

@@ -54,7 +54,8 @@ class _RolloutWorker:
         self.policy = model_policy(self.model, tokenizer, temperature, rollout)
         make_env = registry.env_factory(env["id"], env["kwargs"], env["urls"], env["timeout"])
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env["invalid_action_penalty"]),
-                                    rollout, EpisodeReward.from_config(env.get("reward"), env.get("reward_mode", "replace")))
+                                    rollout, EpisodeReward.from_config(env.get("reward"), env.get("reward_mode", "replace"),
+                                                              env.get("judge")))
 
     def load(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state)

@@ -61,9 +61,23 @@ class EpisodeReward:
             raise ValueError(f"env.reward_mode must be one of {', '.join(MODES)}, got {self.mode!r}")
 
     @classmethod
-    def from_config(cls, path: str | None, mode: str = "replace") -> "EpisodeReward | None":
-        """The reward of `env.reward` / `env.reward_mode`, None when no function is named."""
+    def from_config(cls, path: str | None, mode: str = "replace", judge: Any = None) -> "EpisodeReward | None":
+        """The reward of `env.reward` (a function's import path), or of an LLM judge (`judge`: a
+        `config.JudgeConfig` or its fields as a mapping, used when it has a url), with
+        `env.reward_mode`; None when neither is set."""
+        if judge is not None and not isinstance(judge, dict):
+            judge = {name: getattr(judge, name) for name in ("url", "model", "rubric", "cache")}
+        if judge and judge.get("url"):
+            from .judge import LLMJudge
+
+            return cls(LLMJudge(judge["url"], judge["model"], judge["rubric"], judge.get("cache")), mode,
+                       f"env.judge ({judge['url']})")
         return cls(load_reward(path), mode, path) if path else None
+
+    @classmethod
+    def from_env(cls, env: Any) -> "EpisodeReward | None":
+        """The reward an `EnvConfig` names (`reward`, or `judge`), with its `reward_mode`."""
+        return cls.from_config(env.reward, env.reward_mode, env.judge)
 
     def apply(self, trajectory: Trajectory, info: dict[str, Any]) -> None:
         """Put the function's value on `trajectory`'s last turn, in place. An episode that ended

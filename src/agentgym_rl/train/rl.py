@@ -368,7 +368,7 @@ class RLTrainer(Trainer):
         # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
-        reward = EpisodeReward.from_config(config.env.reward, config.env.reward_mode)
+        reward = EpisodeReward.from_env(config.env)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate), reward)
         self.val_engine = RolloutEngine(make_val_env, config.rollout, reward)
@@ -456,7 +456,7 @@ class RLTrainer(Trainer):
         cfg = self.config
         env = {"id": cfg.env.id, "kwargs": cfg.env.kwargs, "urls": cfg.env.urls, "timeout": cfg.env.server_timeout,
                "invalid_action_penalty": cfg.env.invalid_action_penalty, "reward": cfg.env.reward,
-               "reward_mode": cfg.env.reward_mode}
+               "reward_mode": cfg.env.reward_mode, "judge": to_dict(cfg.env.judge)}
         plural = "s" if cfg.rollout.workers != 1 else ""
         self.log(f"starting {cfg.rollout.workers} Ray rollout worker{plural} ({cfg.rollout.workers_address})")
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,

@@ -250,7 +250,7 @@ class Session:
         env = self.config.env
         make_env = registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout)
         engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env.invalid_action_penalty),
-                               self.config.rollout, EpisodeReward.from_config(env.reward, env.reward_mode))
+                               self.config.rollout, EpisodeReward.from_env(env))
         horizon = max_turns or registry.spec(env.id).max_turns
         with engine, progress_bar(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
@@ -267,7 +267,7 @@ class Session:
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
                               self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
                               env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only,
-                              reward=EpisodeReward.from_config(env.reward, env.reward_mode))
+                              reward=EpisodeReward.from_env(env))
         return played.summary
 
     def save(self, name: str) -> Path:
