@@ -320,14 +320,13 @@ def bench_agent(
         out = run_dir / "bench" if run_dir is not None else Path("runs") / "bench" / Path(policy.replace(":", "_")).name
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {str(out)!r} is a file; give a folder")
-    results = run_suite(policy, config, out)
+    failed = run_suite(policy, config, out)
     typer.echo((out / "table.md").read_text())
     typer.echo(f"results: {out}/results.json, results.csv, table.md; plots: {out}/turns.png, pass_at_k.png")
     if run_dir is not None and out.resolve() == (run_dir / "bench").resolve():
         from .ui.report import write_report
 
         typer.echo(f"run report with them: {write_report(run_dir)}")
-    failed = {env_id: result["error"] for env_id, result in results["envs"].items() if "error" in result}
     if failed:
         for env_id, why in failed.items():
             typer.echo(f"not run: {env_id}: {why}", err=True)

@@ -208,10 +208,14 @@ def env_result(env_id: str, played: dict[str, tuple[list[Trajectory], dict]], co
     return result
 
 
-def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool = True) -> dict:
-    """Play every environment's passes (resuming from `out`), write every output file and return
-    the results (`results.json`'s content). An environment that cannot be played (say its JVM or
-    browser is missing) is reported with its reason, and the others still run."""
+def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool = True) -> dict[str, str]:
+    """Play every environment's passes (resuming from `out`) and write every output file
+    (`results.json`, `results.csv`, `table.md`, the plots). An environment that cannot be played
+    (say its JVM or browser is missing) is recorded with its reason, and the others still run.
+
+    Returns:
+        The environments that were not played, each with its reason ({} when all were).
+    """
     env_ids = config.suite.envs or [e for e in registry.env_ids() if registry.spec(e).requires is None]
     known = registry.env_ids()
     for where, names in (("", env_ids), ("suite.max_turns names ", config.suite.max_turns),
@@ -249,7 +253,7 @@ def run_suite(policy: str, config: SuiteConfig, out: Path, show_progress: bool =
     from .suite_report import write_outputs
 
     write_outputs(results, out)
-    return results
+    return {env_id: result["error"] for env_id, result in results["envs"].items() if "error" in result}
 
 
 def _say(line: str) -> None:
