@@ -239,7 +239,7 @@ def test_a_benchmarked_run_shows_its_table_and_plots_in_its_report(tmp_path):
     assert trained and config["suite"]["env_kwargs"] == {"babyai": trained}
 
 
-ENVS = ("babyai", "sciworld", "search", "textcraft", "web")
+ENVS = ("babyai", "mcp", "sciworld", "search", "textcraft", "web")
 """Every registered environment (a test's own, registered in this process, are not in a new one)."""
 
 

@@ -400,6 +400,19 @@ register(
 
 register(
     EnvSpec(
+        env_id="mcp",
+        entry_point="agentgym_rl.envs.mcp.env:MCPEnv",
+        tasks_entry_point="agentgym_rl.envs.mcp.env:mcp_tasks",
+        max_turns=8,  # the built-in tasks take two calls and an answer
+        expert_entry_point="agentgym_rl.envs.base:EnvExpert",
+        max_parallel=8,  # an MCP session each, a server process each over stdio
+        # Nothing: the server command, its URL and the task file come from the command line only.
+        safe_kwargs={},
+    )
+)
+
+register(
+    EnvSpec(
         env_id="appworld",
         entry_point="agentgym_rl.envs.appworld.env:AppWorldEnv",
         tasks_entry_point="agentgym_rl.envs.appworld.env:appworld_tasks",

@@ -1,0 +1,1 @@
+"""Tools from an MCP server as an environment (`env.id: mcp`)."""
