@@ -41,12 +41,12 @@ from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.tiny import TinyModelConfig
 from agentgym_rl.config.sections import OptimConfig
 from agentgym_rl.train.batch import TokenBatch, collate, micro_batches
-from agentgym_rl.train.learner import Learner
+from agentgym_rl.train.learner import Learner, TokenOutputs
 
 MICRO_BATCH = 8
 
 
-def grpo_loss(batch: TokenBatch, outputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+def grpo_loss(batch: TokenBatch, outputs: TokenOutputs) -> tuple[torch.Tensor, dict[str, float]]:
     spec = get_algorithm("grpo")
     return LOSS[spec.policy_loss](outputs.logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask,
                                   clip_eps=spec.clip_eps, aggregation=spec.aggregation, ratio_level=spec.ratio_level)

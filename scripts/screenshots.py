@@ -8,7 +8,7 @@ Usage: python scripts/screenshots.py RUNS RUN_A RUN_B [--metric val/success] [--
 
 How the committed pictures were made (docs/images/README.md says the same):
     agentgym-rl train configs/babyai_grpo.yaml --smoke run.output_dir=runs/screens train.steps=20 \
-        train.validate_every=5 eval.episodes=10
+        train.validate_every=5 train.save_every=20 eval.episodes=10
     (the same for configs/babyai_rloo.yaml), then
     python scripts/screenshots.py runs screens/babyai_grpo_smoke screens/babyai_rloo_smoke
 """

@@ -51,6 +51,11 @@ def test_one_eval_flag_leaves_the_other_defaults_of_eval(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(out.read_text())
     assert summary["temperature"] == 1.0 and summary["items"] == "all"
+    # The same from the config key, and a temperature given stays as given.
+    for given, expected in ((["eval.samples=2"], 1.0), (["eval.samples=2", "eval.temperature=0"], 0.0)):
+        result = run("eval", "--env", "babyai", "--policy", "random", "--max-turns", "1", "--episodes", "2",
+                     "--json", str(out), *given)
+        assert result.returncode == 0 and json.loads(out.read_text())["temperature"] == expected
     assert summary["episodes"] == len(registry.tasks("babyai", "test"))  # items, each played twice
 
 

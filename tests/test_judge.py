@@ -57,7 +57,7 @@ def test_eval_takes_the_judges_score_and_asks_only_once_per_episode(tmp_path):
         assert sorted(sum(e["turn_rewards"]) for e in played) == pytest.approx(sorted(judged))
         assert json.loads(out.read_text())["avg_reward"] == pytest.approx(sum(judged) / 3)
         assert run(*command).returncode == 0 and len(asked) == 3  # every answer came from the cache
-        assert run(*command[:-1], "env.judge.rubric=Be strict.").returncode == 0 and len(asked) == 6
+        assert run(*command, "env.judge.rubric=Be strict.").returncode == 0 and len(asked) == 6  # same cache file
 
 
 @pytest.mark.parametrize("mode, said", [("down", "attempts: HTTP 500"), ("vague", "no 'Score: X'")])

@@ -143,3 +143,27 @@ def test_eval_and_one_rl_step_of_the_tiny_model(tmp_path):
     assert step["update/trajectories"] > 0 and step["train/errors"] == 0 and step["train/turns"] > 0
     assert [row["step"] for row in rows if "val/success" in row] == [0, 1]
     assert registry.spec("mcp").safe_kwargs == {}  # no request may name a server command
+
+
+def test_a_task_files_expert_follows_steps_without_arguments_and_a_random_reset_draws_its_test_items(tmp_path):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"instruction": "Add nothing.", "answer": "0", "split": "test",
+                                 "solution": [{"name": "add"}]}) + "\n")
+    env = make("mcp", task_file=str(tasks))
+    try:
+        assert env.reset(seed=3)[1]["item_id"] == "mcp_0"  # the file's only test item
+        assert json.loads(env.expert_action()[len("<tool_call>"):-len("</tool_call>")]) == {"name": "add", "arguments": {}}
+        env.step(env.expert_action())  # rejected (a and b are required): the expert stays on this step
+        assert "add" in env.expert_action()
+    finally:
+        env.close()
+
+
+def test_eval_run_takes_no_reward_code_or_judge_url_from_a_runs_config(tmp_path):
+    from agentgym_rl.runs import played_settings
+
+    (tmp_path / "config.yaml").write_text(
+        "env: {id: babyai, reward: reward_fns:broken, judge: {url: 'http://attacker.example/v1'}}\n")
+    said = []
+    env = played_settings(tmp_path, log=said.append)["env"]
+    assert env == {"id": "babyai"} and "env.reward and env.judge are not taken from its config.yaml" in said[0]

@@ -64,6 +64,24 @@ def test_eval_plays_the_functions_reward_and_a_failing_one_fails_its_episodes_on
     assert bad.returncode == 2 and "reward_fns has no function 'missing'" in bad.stderr
 
 
+def test_a_failing_reward_keeps_its_environment_and_is_not_played_again():
+    """A reward function that raises fails its episode, but the environment is sound: it is
+    reused, and `rollout.episode_retries` does not play the episode again."""
+    from agentgym_rl.config import RolloutConfig
+    from agentgym_rl.envs import registry
+    from agentgym_rl.eval.evaluate import make_policy
+    from agentgym_rl.rollout.engine import RolloutEngine
+    from reward_fns import broken
+
+    tasks = registry.tasks("babyai", "test")[:4]
+    engine = RolloutEngine(registry.env_factory("babyai"), RolloutConfig(episode_retries=2, threads=1, max_envs=1),
+                           EpisodeReward(broken, name="reward_fns:broken"))
+    with engine:
+        played = engine.run(tasks, make_policy("babyai", "expert", 0.0, 0), 20)
+    assert [t.error for t in played] == ["reward_fns:broken: RuntimeError: the judge is down"] * 4
+    assert engine.retried == 0 and engine.envs_made == 1
+
+
 def test_a_constant_added_to_every_reward_leaves_grpos_update_as_it_was(tmp_path, counter_env_registered):
     """GRPO compares a task's samples: a reward function plus 0.5 moves the step's mean reward by
     0.5 and leaves every advantage, the loss and the gradient as they were; "add" mode adds to the
@@ -71,7 +89,7 @@ def test_a_constant_added_to_every_reward_leaves_grpos_update_as_it_was(tmp_path
     from agentgym_rl.train.rl import RLTrainer
 
     def step(name, *extra):
-        config = toy_config(tmp_path, "train.steps=1", "train.validate_every=0", "algo.kl_coef=0",
+        config = toy_config(tmp_path, "train.steps=1", "train.validate_every=1", "algo.kl_coef=0",
                             "train.save_trajectories=true", *extra, name=name)
         RLTrainer(config, log=lambda _: None).fit()
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
@@ -90,3 +108,10 @@ def test_a_constant_added_to_every_reward_leaves_grpos_update_as_it_was(tmp_path
         assert shifted[key] == pytest.approx(ruled[key], abs=1e-6), key
     (plain, _), (added, _) = step("plain"), step("added", "env.reward=reward_fns:half", "env.reward_mode=add")
     assert added["train/reward"] == pytest.approx(plain["train/reward"] + 0.5)
+    # Validation plays the function's reward too.
+    validated = [json.loads(line) for line in (tmp_path / "ruled" / "validation" / "step_000001.jsonl")
+                 .read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "ruled" / "metrics.jsonl").read_text().splitlines()]
+    by_hand = [sum(len(m["content"]) for m in e["messages"] if m["role"] == "assistant") / 100 for e in validated]
+    assert [r["val/reward"] for r in rows if r["step"] == 1 and "val/reward" in r] == \
+        [pytest.approx(sum(by_hand) / len(by_hand))]

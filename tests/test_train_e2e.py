@@ -631,6 +631,23 @@ def test_the_dapo_filter_trains_on_tasks_per_step_groups_with_a_signal(tmp_path,
         assert metrics == {"sampling/groups_dropped": played - 4} and updated["update/trajectories"] == 8
     else:
         assert metrics == {} and updated["update/trajectories"] == 2 * played
+    # Through the loop: the step's line in metrics.jsonl counts the groups dropped.
+    again = RLTrainer(toy_config(tmp_path, "algo.tasks_per_step=4", "algo.group_size=2", "algo.dynamic_sampling=3",
+                                 "algo.kl_coef=0.001", f"algo.dynamic_sampling_filter={str(filtered).lower()}",
+                                 "train.steps=1", "train.validate_every=0", name=f"dapo_fit_{filtered}"),
+                      log=lambda _: None)
+    again._play = scripted
+    again.fit()
+    row = next(json.loads(line) for line in (tmp_path / f"dapo_fit_{filtered}" / "metrics.jsonl").read_text()
+               .splitlines() if "train/success" in line)
+    assert ("sampling/groups_dropped" in row) == filtered
+
+
+def test_a_step_that_dapos_filter_left_empty_says_why():
+    from agentgym_rl.train.rl import no_update_reason
+
+    assert no_update_reason({"update/trajectories": 0, "sampling/groups_dropped": 4}).startswith(
+        "DAPO's filter dropped all 4 groups")
 
 
 def test_right_token_loss_raises_the_probability_of_the_listed_continuation(tmp_path, counter_env_registered):

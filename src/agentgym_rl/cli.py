@@ -238,13 +238,17 @@ def eval_command(
     from .rollout.trajectory import save_trajectories
 
     _output_files(json=json_out, trajectories=trajectories, journal=journal)
-    if temperature is None and samples is not None and samples > 1:
-        temperature = SAMPLED_TEMPERATURE  # several greedy samples of an item would be one episode repeated
     config, policy = _play_config(policy, run, {
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
         "--listed-actions-only": listed_actions_only, "--items": items}, env_arg, overrides)
+    told = temperature is not None or any(item.startswith("eval.temperature=") for item in overrides or [])
+    if config.eval.samples > 1 and config.eval.temperature == 0 and not told:
+        # Several greedy samples of an item would be one episode repeated.
+        config.eval.temperature = SAMPLED_TEMPERATURE
+        typer.echo(f"{config.eval.samples} samples an item, at temperature {SAMPLED_TEMPERATURE:g} "
+                   "(--temperature 0 for greedy ones)", err=True)
     evaluation, episodes_run = evaluate_played(config, policy, journal=journal, log=typer.echo)
     if evaluation.items == "stratified":
         typer.echo(f"{evaluation.summary.episodes} items spread over the split's categories (--items first: the "

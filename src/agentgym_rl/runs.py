@@ -184,11 +184,17 @@ def disk_stop(run_dir: Path, error: OSError, resume_hint: str) -> UserError:
                      f"{saved}; free space on the disk (or make it writable), then {resume_hint}")
 
 
-def played_settings(run_dir: str | Path) -> dict[str, Any]:
+UNTRUSTED_ENV_KEYS = ("reward", "judge")
+"""Keys of a run's `env` section that `eval --run` does not take from its config.yaml: a code
+path to import and a URL to send transcripts (and $OPENAI_API_KEY) to are named on the command
+line, never by a file in a folder someone may have shared."""
+
+
+def played_settings(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr) -> dict[str, Any]:
     """The sections of a run's config that say how its policy saw and played the environment
     (env, rollout, eval), its seed and its process' memory setting (`run.malloc_mmap_threshold_kb`:
     a SmolLM2 recipe's "auto" resolves to 1 MiB in an evaluation), as plain data: the base of
-    `eval --run`."""
+    `eval --run`. The env section's `UNTRUSTED_ENV_KEYS` are left out, and `log` says so."""
     path = Path(run_dir) / CONFIG
     if not path.is_file():
         raise UserError(f"{str(run_dir)!r} is not a run folder: it has no {CONFIG}")
@@ -197,7 +203,16 @@ def played_settings(run_dir: str | Path) -> dict[str, Any]:
     run = {"seed": header.get("seed", data.get("seed", 0))}  # runs before the run section: top-level seed
     if "malloc_mmap_threshold_kb" in header:
         run["malloc_mmap_threshold_kb"] = header["malloc_mmap_threshold_kb"]
-    return {**{k: data[k] for k in PLAYED_SECTIONS if k in data}, "run": run}
+    played = {k: data[k] for k in PLAYED_SECTIONS if k in data}
+    env = played.get("env")
+    if isinstance(env, dict):
+        named = [key for key in UNTRUSTED_ENV_KEYS
+                 if env.get(key) and (key != "judge" or (isinstance(env[key], dict) and env[key].get("url")))]
+        if named:
+            played["env"] = {k: v for k, v in env.items() if k not in UNTRUSTED_ENV_KEYS}
+            log(f"note: the run's env.{' and env.'.join(named)} are not taken from its {CONFIG} (a folder's file "
+                "names no code to import or URL to call): give them on the command line to use them")
+    return {**played, "run": run}
 
 
 RUN_MODELS = ("base_model", "warmup_model", "lora_base")

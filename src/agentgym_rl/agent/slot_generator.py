@@ -134,6 +134,8 @@ class SlotGenerator:
     def generate(self, prompts: list[list[int]], max_new_tokens: int, allowed: Any = None,
                  streams: list[int] | None = None) -> list[Generation]:
         """One reply per prompt (with `streams`, prompt i samples from stream i)."""
+        if max_new_tokens < 1:
+            return [Generation([], [], False) for _ in prompts]
         if allowed is not None:
             raise ValueError("a slot generator does not restrict replies to given sequences yet")
         room = self.max_len - 1  # the last column takes padding

@@ -140,7 +140,8 @@ class EnvConfig:
     environment's reward alone."""
     reward_mode: Literal["replace", "add"] = "replace"
     """How `reward`'s (or the judge's) value meets the environment's: "replace" makes it the
-    episode's reward (on its last turn, the others 0), "add" adds it to the environment's."""
+    episode's reward (on its last turn, the others 0: the environment's rewards and
+    `invalid_action_penalty` go), "add" adds it to the environment's."""
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     """An LLM judge's score as the reward (`judge.url` set), in place of `reward`."""
 

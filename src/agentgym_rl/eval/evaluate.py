@@ -114,7 +114,7 @@ class Evaluation:
 
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
-             samples: int = 1, max_turns: int | None = None, temperature: float = 1.0, seed: int = 0,
+             samples: int = 1, max_turns: int | None = None, temperature: float = 0.0, seed: int = 0,
              rollout: RolloutConfig | None = None, progress: bool = True,
              env_kwargs: dict | None = None, desc: str | None = None, device: str = DEFAULT_DEVICE,
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,

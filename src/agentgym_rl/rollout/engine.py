@@ -61,9 +61,12 @@ class _Episode:
     stream: int | None = None
     """The random stream its sampling draws from (`agent.sampling`; None: the process' own)."""
     dropped: bool = False
+    """A failed attempt that was played again: not returned."""
     info: dict[str, Any] = field(default_factory=dict)
     """The environment's last `info` (what `env.reward`'s function is given)."""
-    """A failed attempt that was played again: not returned."""
+    reward_failed: bool = False
+    """`env.reward` failed on the finished episode: its environment is sound, and playing the
+    episode again would ask the same function about the same kind of episode (not retried)."""
 
 
 class RolloutEngine:
@@ -300,7 +303,7 @@ class RolloutEngine:
         trunk had still to branch are played from the start."""
         for episode in episodes:
             if (episode.done and not episode.dropped and episode.record.error is not None
-                    and episode.attempt < self.config.episode_retries):
+                    and not episode.reward_failed and episode.attempt < self.config.episode_retries):
                 episode.dropped = True
                 self.retried += 1
                 jobs.append((episode.task, episode.group, episode.attempt + 1, episode.sample))
@@ -514,11 +517,12 @@ class RolloutEngine:
             except Exception as error:  # noqa: BLE001 — a reward that fails fails its episode, as data
                 last = traceback.format_exception_only(type(error), error)[-1].strip()
                 episode.record.error = f"{self.reward.name}: {last}"
+                episode.reward_failed = True
         episode.done = True
         env, episode.env = episode.env, None
         if env is None:
             return
-        if episode.record.error is not None:  # it may be broken: never reuse it
+        if episode.record.error is not None and not episode.reward_failed:  # it may be broken: never reuse it
             _close_quietly(env)
             return
         with self._idle_lock:

@@ -26,6 +26,7 @@ from ..progress import progress_bar
 
 from ..config import RFTConfig
 from ..envs import registry
+from ..eval.metrics import Summary
 from ..rollout.trajectory import Trajectory, save_trajectories
 from .finetune import plan_batches, prepare_sft_data, sft_epochs
 from .session import Session, Trainer, eval_metrics, holds_run_folder, sample_items
@@ -106,7 +107,7 @@ class RFTTrainer(Trainer):
         metrics.close()
         return records
 
-    def _evaluate(self, session: Session, round_: int) -> dict[str, Any] | None:
+    def _evaluate(self, session: Session, round_: int) -> Summary | None:
         if not self.config.eval.episodes:
             return None
         summary = session.evaluate()

@@ -189,6 +189,10 @@ class _LossContext:
 def no_update_reason(metrics: dict[str, float]) -> str | None:
     """Why an RL step left the weights as they were, from its metrics (None: it updated)."""
     if metrics[metric.UPDATE_TRAJECTORIES] == 0:
+        if metric.ADV_NUM_GROUPS not in metrics and metrics.get(metric.SAMPLING_GROUPS_DROPPED):
+            return (f"DAPO's filter dropped all {int(metrics[metric.SAMPLING_GROUPS_DROPPED])} groups: the rewards "
+                    "tie within each (algo.dynamic_sampling refill rounds, or tasks the policy solves sometimes, "
+                    "give a signal)")
         if metric.ADV_NUM_GROUPS not in metrics and metrics.get(metric.UPDATE_FAILED_LEFT_OUT):
             return (f"no rollout to train on: {metrics[metric.UPDATE_FAILED_LEFT_OUT]} failed in the environment "
                     "(their errors are in trajectories/) and the rest have no trained token")

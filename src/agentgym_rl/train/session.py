@@ -250,7 +250,7 @@ class Session:
         env = self.config.env
         make_env = registry.env_factory(env.id, env.kwargs, env.urls, env.server_timeout)
         engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, env.invalid_action_penalty),
-                               self.config.rollout, EpisodeReward.from_env(env))
+                               self.config.rollout, self.reward)
         horizon = max_turns or registry.spec(env.id).max_turns
         with engine, progress_bar(total=len(tasks) * samples, desc=desc, unit="ep") as bar:
             return engine.run(tasks, self.policy(temperature), horizon, samples=samples, seed=self.config.run.seed,
@@ -267,8 +267,14 @@ class Session:
                               evaluation.samples, evaluation.max_turns, evaluation.temperature, self.config.run.seed,
                               self.config.rollout, env_kwargs=env.kwargs, env_urls=env.urls,
                               env_timeout=env.server_timeout, listed_actions_only=evaluation.listed_actions_only,
-                              reward=EpisodeReward.from_env(env))
+                              reward=self.reward)
         return played.summary
+
+    @functools.cached_property
+    def reward(self) -> EpisodeReward | None:
+        """`env.reward` or `env.judge`, built once for the session: a judge keeps its answers
+        across the session's evaluations and sampling rounds."""
+        return EpisodeReward.from_env(self.config.env)
 
     def save(self, name: str) -> Path:
         """Write `checkpoints/<name>/` (learner state, and `model/`, an HF folder `eval` loads);

@@ -147,6 +147,7 @@ class _Session:
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
+        self._devnull = None
         if server.startswith(("http://", "https://")):
             target: Any = server
         else:
@@ -155,8 +156,10 @@ class _Session:
                 raise ValueError("server is empty: give a command line or an http(s) URL")
             # The server's stderr goes to this process' own (a file descriptor), even when
             # sys.stderr is a stream without one (a notebook, a captured command).
+            if sys.__stderr__ is None:
+                self._devnull = open(os.devnull, "w")
             target = stdio_client(StdioServerParameters(command=command[0], args=command[1:]),
-                                  errlog=sys.__stderr__ or open(os.devnull, "w"))
+                                  errlog=sys.__stderr__ or self._devnull)
         self.timeout = timeout
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-session", daemon=True)
@@ -186,17 +189,26 @@ class _Session:
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, self.timeout), self.loop).result()
 
     def close(self) -> None:
+        """Leave the session (its stdio server exits with it) and stop the loop's thread. A
+        session still starting is cancelled, which leaves its `Client` the same way."""
         if self.loop.is_closed():
             return
         if self._closing is not None:
             self.loop.call_soon_threadsafe(self._closing.set)
+        try:
+            self._held.result(timeout=10)
+        except Exception:  # noqa: BLE001 — still starting, or the server is gone already
+            self.loop.call_soon_threadsafe(self._held.cancel)
             try:
                 self._held.result(timeout=10)
-            except Exception:  # noqa: BLE001 — closing: the server may be gone already
+            except BaseException:  # noqa: BLE001 — cancelled, as asked
                 pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
-        self.loop.close()
+        if not self.thread.is_alive():
+            self.loop.close()
+        if self._devnull is not None:
+            self._devnull.close()
 
 
 class MCPEnv(TextEnv):
@@ -219,7 +231,12 @@ class MCPEnv(TextEnv):
             _file_tasks(task_file)  # a bad file is a ValueError now, before any server starts
         self.task_file, self.max_observation_chars = task_file, max_observation_chars
         self._session = _Session(server, timeout)
-        listed = self._session.call(self._session.client.list_tools())
+        try:
+            listed = self._session.call(self._session.client.list_tools())
+        except Exception as error:
+            self.close()
+            raise ValueError(f"the MCP server {server!r} did not list its tools: {type(error).__name__}: "
+                             f"{error}") from None
         self.tools = {tool.name: tool for tool in listed.tools}
         if FINAL_ANSWER in self.tools:
             self.close()
@@ -237,7 +254,7 @@ class MCPEnv(TextEnv):
         self._solved = 0  # the expert's place in the task's solution
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        index = (random.Random(seed).randrange(BUILTIN_TEST) if item_id is None
+        index = (random.Random(seed).choice(mcp_tasks("test", self.task_file)).index if item_id is None
                  else parse_item_index(item_id, self.env_id))
         self._task, self._index, self._done, self._solved = _task(self.task_file, index), index, False, 0
         return f"Task: {self._task['instruction']}", self._info()
@@ -272,7 +289,8 @@ class MCPEnv(TextEnv):
         if result.is_error:
             return f"error: {text}", 0.0, False, False, self._info(success=False, invalid_action=True)
         solution = self._task.get("solution") or []
-        if self._solved < len(solution) and solution[self._solved] == {"name": name, "arguments": arguments}:
+        if (self._solved < len(solution) and solution[self._solved]["name"] == name
+                and solution[self._solved].get("arguments", {}) == arguments):
             self._solved += 1
         return f"{name} returned: {text}", 0.0, False, False, self._info(success=False, invalid_action=False)
 
