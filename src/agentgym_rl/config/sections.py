@@ -275,6 +275,11 @@ class RolloutConfig:
     thread runs the tiny model's rollouts 2-4x faster than two, on a quiet one 1.6x slower
     (docs/BENCHMARKS.md). The count changes float rounding (~1e-6 in logprobs) and so, by a
     hair, what is sampled: a run that must repeat bit for bit pins a number here."""
+    max_observation_tokens: NonNegative = 0
+    """Context management for long episodes: cut each observation after the first (which
+    states the task) to this many tokens of the policy's tokenizer (characters ÷ 4 for a text
+    policy), ending it with "[... N tokens cut]" (0: never cut). The model sees, and is trained
+    on, the cut text: the episode stays one growing sequence, its token masks exact."""
     dtype: Literal["model", "bfloat16"] = "model"
     """RL: the dtype an in-process generator samples in. "model": the learner's own weights.
     "bfloat16" with a float32 learner: a bfloat16 copy of the model, refreshed in place after

@@ -462,6 +462,7 @@ class RolloutEngine:
         except Exception as error:  # noqa: BLE001 — failures are data
             self._fail(episode, error)
             return
+        observation = self._within_budget(observation, policy)
         record.messages.append({"role": "user", "content": observation})
         if info.get("invalid_action", False):
             record.invalid_turns.append(record.turns)
@@ -496,6 +497,21 @@ class RolloutEngine:
                 self._finish(episode)
                 return
             self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
+
+    def _within_budget(self, observation: str, policy: Policy) -> str:
+        """`observation` cut to `rollout.max_observation_tokens` of the policy's tokenizer
+        (characters ÷ 4 for a text policy), saying how much was cut; as it is when it fits."""
+        budget = self.config.max_observation_tokens
+        if not budget:
+            return observation
+        if policy.encoder is None:
+            if len(observation) <= 4 * budget:
+                return observation
+            return f"{observation[:4 * budget]} [... {len(observation) - 4 * budget} characters cut]"
+        ids = policy.encoder.encode_text(observation)
+        if len(ids) <= budget:
+            return observation
+        return f"{policy.encoder.tokenizer.decode(ids[:budget])} [... {len(ids) - budget} tokens cut]"
 
     @staticmethod
     def _extend(episode: _Episode, ids: list[int], mask: list[int], logprobs: list[float]) -> None:
