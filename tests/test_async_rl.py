@@ -138,8 +138,8 @@ def test_with_max_staleness_2_no_step_trains_on_older_weights(tmp_path, counter_
 
     update, play_step, played = RLTrainer.update, RLTrainer._play_step, [-1]
 
-    def recorded_play(self, step, horizon):
-        result = play_step(self, step, horizon)
+    def recorded_play(self, step, horizon, between_turns=None):
+        result = play_step(self, step, horizon, between_turns)
         played.append(step)
         return result
 
@@ -181,3 +181,62 @@ def test_what_asynchronous_training_does_not_run_with_is_refused(tmp_path, count
         _fit(tmp_path, "refused", "train.asynchronous=true", *extra)
     with pytest.raises(UserError, match="rollout.journal_every does not run with train.asynchronous"):
         _fit(tmp_path, "refused", "train.asynchronous=true", "rollout.journal_every=1")
+
+
+def test_partial_rollouts_load_weights_published_during_a_step_between_its_turns():
+    """With `partial`, the playing thread asks for newer weights between turns: a publication
+    made while step 1 plays is loaded there (not only before step 2), and each turn's version is
+    the one that wrote it; the staleness per turn is counted from them."""
+    published, resumed = threading.Event(), threading.Event()
+    loaded, versions = [], []
+
+    def play(step, between_turns=None):
+        assert between_turns is not None
+        if step == 1:
+            versions.append(between_turns())  # the first turn: the version the step started with
+            published.set()
+            assert resumed.wait(10)
+            versions.append(between_turns())  # the second turn: the one published meanwhile
+            return [Trajectory("toy", "toy_1", "", turn_rewards=[0.0, 0.0], turn_versions=list(versions))], {}
+        return [], {}
+
+    ahead = RolloutsAhead(play, loaded.append, first=0, last=2, max_staleness=1, threads=1, partial=True)
+    try:
+        ahead.take(0)
+        assert published.wait(10)
+        ahead.publish(1, "w1")
+        resumed.set()
+        played = ahead.take(1)
+    finally:
+        ahead.close()
+    assert versions == [0, 1] and loaded == ["w1"] and played.version == 0
+    assert ahead.extra_metrics(played)["async/turn_staleness_mean"] == pytest.approx((1 + 0) / 2)
+    assert ahead.extra_metrics(played)["async/turn_staleness_max"] == 1
+    assert ahead.load_newer() == 1 and loaded == ["w1"]  # nothing newer: nothing loaded again
+
+
+def test_partial_rollouts_at_staleness_0_are_the_synchronous_run_with_versions_per_turn(tmp_path,
+                                                                                       counter_env_registered):
+    """At k = 0 nothing is published while a step plays, so partial rollouts change nothing but
+    recording each turn's version: every turn of step s (1-based) was written by version s - 1,
+    the weights after the update before it, so no turn is stale."""
+    sync = _fit(tmp_path, "sync_p")
+    partial = _fit(tmp_path, "partial", "train.asynchronous=true", "rollout.max_staleness=0",
+                   "train.partial_rollouts=true")
+
+    def comparable(run_dir):
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "async/"))} for r in _rows(run_dir)]
+
+    assert comparable(sync) == comparable(partial)
+    assert [r["async/turn_staleness_max"] for r in _rows(partial) if "train/success" in r] == [0, 0, 0, 0]
+    for step in range(1, 5):
+        for trajectory in load_trajectories(partial / "trajectories" / f"step_{step:06d}.jsonl"):
+            assert trajectory.turn_versions == [step - 1] * trajectory.turns
+
+
+def test_partial_rollouts_need_asynchronous_ones():
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.errors import UserError
+
+    with pytest.raises(UserError, match="partial_rollouts .* needs asynchronous: true"):
+        load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", ["train.partial_rollouts=true"])

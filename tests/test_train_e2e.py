@@ -555,7 +555,7 @@ def test_dynamic_sampling_refills_groups_whose_rewards_tie(tmp_path, counter_env
 
     seeds = []
 
-    def scripted(tasks, horizon, sampling_seed, journal=None):
+    def scripted(tasks, horizon, sampling_seed, journal=None, between_turns=None):
         calls.append([task.index for task in tasks])
         seeds.append(sampling_seed)
         return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward])
@@ -616,7 +616,7 @@ def test_the_dapo_filter_trains_on_tasks_per_step_groups_with_a_signal(tmp_path,
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
 
-    def scripted(tasks, horizon, sampling_seed, journal=None):
+    def scripted(tasks, horizon, sampling_seed, journal=None, between_turns=None):
         return [Trajectory("counter", task.item_id, task.category, group=group, turn_rewards=[reward],
                            input_ids=[5, 6, 7, 8], loss_mask=[0, 1, 1, 1], logprobs=[0.0, -1.0, -1.0, -1.0])
                 for group, task in enumerate(tasks) for reward in ((0.0, 0.0) if task.index % 2 == 0 else (1.0, 0.0))]

@@ -48,6 +48,8 @@ ROLLOUT_RESUMED_EPISODES = "rollout/resumed_episodes"
 ROLLOUT_REREAD_EPISODES = "rollout/reread_episodes"
 ENV_SERVER_RESTARTS = "env/server_restarts"
 ASYNC_STALENESS = "async/staleness"
+ASYNC_TURN_STALENESS_MEAN = "async/turn_staleness_mean"
+ASYNC_TURN_STALENESS_MAX = "async/turn_staleness_max"
 
 TIME_ROLLOUT_S = "time/rollout_s"
 TIME_UPDATE_S = "time/update_s"
@@ -158,6 +160,9 @@ DOCS = {
     ROLLOUT_REREAD_EPISODES: "finished episodes read back from the journal on resume",
     ENV_SERVER_RESTARTS: "environment servers the run restarted so far",
     ASYNC_STALENESS: "updates between the weights that played the step and those it trains",
+    ASYNC_TURN_STALENESS_MEAN: "partial rollouts: updates between the weights that wrote a turn and those it trains, "
+                               "averaged over the step's turns",
+    ASYNC_TURN_STALENESS_MAX: "partial rollouts: the most updates between a turn's weights and those it trains",
     TIME_ROLLOUT_S: "seconds the step's rollout took",
     TIME_UPDATE_S: "seconds the step's update took",
     TIME_STEP_S: "seconds the step took in all (rollout and update overlap when played ahead)",

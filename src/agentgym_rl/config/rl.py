@@ -183,6 +183,18 @@ class TrainLoopConfig:
     """Play the next steps' rollouts in a thread while the learner updates, from weights at most
     `rollout.max_staleness` updates old (`train/asynchronous.py`); the generator keeps its own
     copy of the trainable weights. Not with torchrun, Ray workers or the vLLM generator yet."""
+    partial_rollouts: bool = False
+    """With `asynchronous`: the generator loads weights the learner published between two turns
+    of a step too, not only between steps, and its episodes in flight go on under them (their KV
+    caches are dropped and each conversation prefilled again under the new weights). Each turn
+    records the version that wrote it (`Trajectory.turn_versions`); `async/turn_staleness_*`
+    count versions per turn; the learner recomputes the old logprobs and `algo.tis_cap` weighs
+    each token by the generator that wrote it."""
+
+    def __post_init__(self) -> None:
+        if self.partial_rollouts and not self.asynchronous:
+            raise ValueError("partial_rollouts loads new weights while rollouts are played ahead: it needs "
+                             "asynchronous: true")
 
 
 @dataclass(config=SECTION)

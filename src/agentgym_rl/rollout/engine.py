@@ -64,6 +64,8 @@ class _Episode:
     """A failed attempt that was played again: not returned."""
     info: dict[str, Any] = field(default_factory=dict)
     """The environment's last `info` (what `env.reward`'s function is given)."""
+    version: int | None = None
+    """The policy version writing its next reply (`RolloutEngine.run`'s `between_turns`)."""
     reward_failed: bool = False
     """`env.reward` failed on the finished episode: its environment is sound, and playing the
     episode again would ask the same function about the same kind of episode (not retried)."""
@@ -118,7 +120,7 @@ class RolloutEngine:
 
     def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int, samples: int = 1, seed: int = 0,
             progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None,
-            journal: Journal | None = None) -> list[Trajectory]:
+            journal: Journal | None = None, between_turns: Callable[[], int] | None = None) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
@@ -139,6 +141,9 @@ class RolloutEngine:
                 finished episodes are kept, unfinished ones restored from their environment's
                 snapshot and played on from their own random streams: a sampling policy needs
                 `sampling_seed` with a journal.
+            between_turns: called before each round of replies (partial rollouts: it may load
+                newer weights into the policy, which drops their KV caches); returns the policy
+                version that writes them, recorded per turn (`Trajectory.turn_versions`).
         Returns:
             trajectories ordered task by task, samples together.
         """
@@ -156,12 +161,13 @@ class RolloutEngine:
         policy.reset()
         try:
             self._sampling_seed = sampling_seed
-            return self._run(tasks, policy, max_turns, samples, seed, progress, journal)
+            return self._run(tasks, policy, max_turns, samples, seed, progress, journal, between_turns)
         finally:
             policy.reset()  # also frees the cache's memory between runs
 
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
-             progress: Callable[[int], Any] | None, journal: Journal | None) -> list[Trajectory]:
+             progress: Callable[[int], Any] | None, journal: Journal | None,
+             between_turns: Callable[[], int] | None = None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
         if self.config.example and not self._example:
             self._example = self._worked_example()
@@ -209,6 +215,10 @@ class RolloutEngine:
                     if started == len(jobs) and not self._unbranched_samples(episodes, jobs):
                         break
                     continue
+                if between_turns is not None:
+                    version = between_turns()
+                    for episode in active:
+                        episode.version = version
                 replies = self._act(active, policy)
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
                 self._retry_failed(active, jobs)
@@ -475,6 +485,8 @@ class RolloutEngine:
                                                              policy.encoder.encode_text, actions))
         turn = record.turns
         episode.info = info
+        if episode.version is not None:
+            record.turn_versions.append(episode.version)
         record.turn_rewards.append(float(reward))
         record.state_keys.append(episode.state_key)
         episode.state_key = str(info.get("state_key") or "")

@@ -70,6 +70,9 @@ class Trajectory:
     idle_tokens: list[int] = field(default_factory=list)
     error: str | None = None
     policy_version: int | None = None
+    turn_versions: list[int] = field(default_factory=list)
+    """The policy version that wrote each turn's reply, when weights may change within an
+    episode (`train.partial_rollouts`); empty otherwise."""
 
     @property
     def reward(self) -> float:

@@ -92,7 +92,7 @@ class RolloutsAhead:
 
     def __init__(self, play: Callable[[int], tuple[list[Trajectory], dict[str, float]]],
                  load: Callable[[Any], None], first: int, last: int, max_staleness: int, threads: int,
-                 snapshot: Callable[[], Any] | None = None):
+                 snapshot: Callable[[], Any] | None = None, partial: bool = False):
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
         self._play, self._load, self._snapshot = play, load, snapshot
@@ -100,6 +100,8 @@ class RolloutsAhead:
         self._first, self._last, self.max_staleness, self._threads = first, last, max_staleness, threads
         self._cond = threading.Condition()
         self._version, self._weights = first, None  # the newest published, and its weights if not yet loaded
+        self._loaded = first  # the version the generator holds
+        self._partial = partial
         self._ready: dict[int, PlayedStep] = {}
         self._error: BaseException | None = None
         self._closing = False
@@ -129,8 +131,24 @@ class RolloutsAhead:
         return played
 
     def extra_metrics(self, played: PlayedStep) -> dict[str, float]:
-        """What a step played ahead adds to its metrics: how stale it was, and the learner's wait."""
-        return {metric.ASYNC_STALENESS: played.step - played.version, metric.TIME_WAIT_S: played.waited_s}
+        """What a step played ahead adds to its metrics: how stale it was (per turn too, with
+        partial rollouts), and the learner's wait."""
+        extra = {metric.ASYNC_STALENESS: played.step - played.version, metric.TIME_WAIT_S: played.waited_s}
+        turns = [played.step - version for t in played.trajectories for version in t.turn_versions]
+        if turns:
+            extra.update({metric.ASYNC_TURN_STALENESS_MEAN: sum(turns) / len(turns),
+                          metric.ASYNC_TURN_STALENESS_MAX: max(turns)})
+        return extra
+
+    def load_newer(self) -> int:
+        """Between two turns of a step (partial rollouts, in the playing thread): load the newest
+        published weights if the generator does not hold them yet; returns the version it holds."""
+        with self._cond:
+            version, weights, self._weights = self._version, self._weights, None
+        if weights is not None:
+            self._load(weights)
+            self._loaded = version
+        return self._loaded
 
     def step_done(self, version: int) -> None:
         """The learner finished the update that makes `version`: publish a copy of its weights
@@ -158,8 +176,9 @@ class RolloutsAhead:
                     version, weights, self._weights = self._version, self._weights, None
                 if weights is not None:
                     self._load(weights)
+                    self._loaded = version
                 began = time.perf_counter()
-                trajectories, metrics = self._play(step)
+                trajectories, metrics = self._play(step, self.load_newer) if self._partial else self._play(step)
                 for trajectory in trajectories:
                     trajectory.policy_version = version
                 played = PlayedStep(step, trajectories, metrics, version, time.perf_counter() - began)

@@ -480,13 +480,15 @@ class RLTrainer(Trainer):
         return RayRollouts(cfg.rollout.workers, cfg.rollout.workers_address, self.learner.rollout_model,
                            self.tokenizer, env, self.engine.config, cfg.algo.temperature)
 
-    def _play(self, tasks: list, horizon: int, sampling_seed: int, journal: Journal | None = None) -> list[Trajectory]:
+    def _play(self, tasks: list, horizon: int, sampling_seed: int, journal: Journal | None = None,
+              between_turns: Callable[[], int] | None = None) -> list[Trajectory]:
         """A step's training episodes: `group_size` samples of each task, in the Ray workers or here,
-        each from its own random stream of `sampling_seed` (kept in `journal`, if given)."""
+        each from its own random stream of `sampling_seed` (kept in `journal`, if given;
+        `between_turns`: partial rollouts' loader, `RolloutsAhead.load_newer`)."""
         cfg = self.config
         if self.workers is None:
             return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed,
-                                   sampling_seed=sampling_seed, journal=journal)
+                                   sampling_seed=sampling_seed, journal=journal, between_turns=between_turns)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
     def _out_of_time(self, fit_began: float, step_s: float, step: int) -> bool:
@@ -622,12 +624,14 @@ class RLTrainer(Trainer):
 
     def _rollouts(self, start: int) -> RolloutsNow | RolloutsAhead:
         """Where each step's episodes come from: played when taken, or ahead of the learner."""
-        play = lambda step: self._play_step(step, self.schedule.horizon(step))  # noqa: E731
+        def play(step: int, between_turns: Callable[[], int] | None = None) -> Any:
+            return self._play_step(step, self.schedule.horizon(step), between_turns)
+
         if not self.config.train.asynchronous:
             return RolloutsNow(play)
         return RolloutsAhead(play, self._load_generator, start, self.config.train.steps,
                              self.config.rollout.max_staleness, torch.get_num_threads(),
-                             snapshot=self.learner.trainable_state)
+                             snapshot=self.learner.trainable_state, partial=self.config.train.partial_rollouts)
 
     def _sync_generators(self) -> None:
         """After an update, the generators sample the new weights. Played ahead, the rollouts'
@@ -770,7 +774,8 @@ class RLTrainer(Trainer):
             refill += rng.sample(fresh if len(fresh) >= quota else pool, min(quota, len(pool)))
         return refill
 
-    def _play_step(self, step: int, horizon: int) -> tuple[list[Trajectory], dict[str, float]]:
+    def _play_step(self, step: int, horizon: int,
+                   between_turns: Callable[[], int] | None = None) -> tuple[list[Trajectory], dict[str, float]]:
         """The step's episodes, `group_size` of each task, and the `sampling/*` metrics (and
         `rollout/retried_episodes` with `rollout.episode_retries`).
 
@@ -790,7 +795,8 @@ class RLTrainer(Trainer):
             journal = Journal(self.run_dir / "inflight" / f"step_{step + 1:06d}_round_{rounds}.journal",
                               key=f"{step}/{rounds}/{weights}", every=self.config.rollout.journal_every) \
                 if weights else None
-            played = self._play(tasks[self.rank::self.world], horizon, self.sampling_seed(step, rounds), journal)
+            played = self._play(tasks[self.rank::self.world], horizon, self.sampling_seed(step, rounds), journal,
+                                between_turns)
             for trajectory in played:
                 trajectory.group = len(played_tasks) + self.rank + trajectory.group * self.world
             new = distributed.gather(played)
