@@ -30,9 +30,9 @@ config_path, overrides, kill_at, phase = sys.argv[1], json.loads(sys.argv[2]), i
 play_step, validate, env_step = RLTrainer._play_step, RLTrainer.validate, RolloutEngine._step
 counted, lock = {"on": False, "calls": 0}, threading.Lock()
 
-def playing(self, step, horizon):
+def playing(self, step, horizon, between_turns=None):
     counted["on"] = phase == "rollout" and step == 1
-    return play_step(self, step, horizon)
+    return play_step(self, step, horizon, between_turns)
 
 def validating(self, step):
     counted["on"] = phase == "validation" and step == 1

@@ -159,11 +159,32 @@ def test_a_task_files_expert_follows_steps_without_arguments_and_a_random_reset_
         env.close()
 
 
-def test_eval_run_takes_no_reward_code_or_judge_url_from_a_runs_config(tmp_path):
+def test_eval_run_takes_no_program_code_or_url_from_a_runs_config(tmp_path):
+    """A run folder may come from someone else: `eval --run` takes from its config.yaml no reward
+    code, judge URL, env servers, nor a constructor argument a request could not set (an MCP
+    server's command line, a task file); the safe ones stay."""
     from agentgym_rl.runs import played_settings
 
     (tmp_path / "config.yaml").write_text(
-        "env: {id: babyai, reward: reward_fns:broken, judge: {url: 'http://attacker.example/v1'}}\n")
+        "env: {id: babyai, reward: reward_fns:broken, judge: {url: 'http://attacker.example/v1'},\n"
+        "      urls: ['http://attacker.example'], kwargs: {list_actions: false}}\n")
     said = []
     env = played_settings(tmp_path, log=said.append)["env"]
-    assert env == {"id": "babyai"} and "env.reward and env.judge are not taken from its config.yaml" in said[0]
+    assert env == {"id": "babyai", "kwargs": {"list_actions": False}}
+    assert "env.reward, env.judge, env.urls of the run are not taken from its config.yaml" in said[0]
+    (tmp_path / "config.yaml").write_text(
+        "env: {id: mcp, kwargs: {server: 'touch /tmp/planted-by-a-config', task_file: /tmp/x.jsonl}}\n")
+    said.clear()
+    assert played_settings(tmp_path, log=said.append)["env"] == {"id": "mcp", "kwargs": {}}
+    assert "env.kwargs.server, env.kwargs.task_file of the run" in said[0]
+
+
+def test_a_random_reset_needs_a_test_task(tmp_path):
+    tasks = tmp_path / "train_only.jsonl"
+    tasks.write_text(json.dumps({"instruction": "x", "answer": "1", "split": "train"}) + "\n")
+    env = make("mcp", task_file=str(tasks))
+    try:
+        with pytest.raises(ValueError, match="has no test task to draw from"):
+            env.reset(seed=0)
+    finally:
+        env.close()

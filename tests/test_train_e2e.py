@@ -802,6 +802,8 @@ def test_rollouts_from_a_bfloat16_copy_of_a_float32_learner(tmp_path, counter_en
     learner = trainer.learner
     assert next(learner.model.parameters()).dtype == torch.float32
     assert next(learner.rollout_model.parameters()).dtype == torch.bfloat16
+    # Float buffers (rotary frequencies) keep float32: positions far into an episode stay exact.
+    assert all(b.dtype == torch.float32 for b in learner.rollout_model.buffers() if b.is_floating_point())
     assert trainer.policy.generator.model is learner.rollout_model
     assert trainer.val_policy.generator.model is learner.model
     if not asynchronous:  # synced after the last update (played ahead, it loads them before its next step)
@@ -813,3 +815,6 @@ def test_rollouts_from_a_bfloat16_copy_of_a_float32_learner(tmp_path, counter_en
     assert any("sample from a bfloat16 copy of the model" in line for line in lines)
     assert not_alongside(toy_config(tmp_path, "rollout.dtype=bfloat16", "algo.recompute_old_logprobs=false"), 1) == \
         "rollout.dtype: bfloat16 does not run with algo.recompute_old_logprobs: false yet: drop one of the two"
+    assert not_alongside(toy_config(tmp_path, "train.asynchronous=true", "train.partial_rollouts=true",
+                                    "algo.recompute_old_logprobs=false"), 1).startswith(
+        "train.partial_rollouts does not run with algo.recompute_old_logprobs: false")

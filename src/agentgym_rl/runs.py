@@ -184,10 +184,36 @@ def disk_stop(run_dir: Path, error: OSError, resume_hint: str) -> UserError:
                      f"{saved}; free space on the disk (or make it writable), then {resume_hint}")
 
 
-UNTRUSTED_ENV_KEYS = ("reward", "judge")
+UNTRUSTED_ENV_KEYS = ("reward", "judge", "urls")
 """Keys of a run's `env` section that `eval --run` does not take from its config.yaml: a code
-path to import and a URL to send transcripts (and $OPENAI_API_KEY) to are named on the command
-line, never by a file in a folder someone may have shared."""
+path to import, a URL to send transcripts (and $OPENAI_API_KEY) to, servers to play on are named
+on the command line, never by a file in a folder someone may have shared. Of its constructor
+arguments (`env.kwargs`), only those a request may set too are taken (`EnvSpec.safe_kwargs`: never
+a program, file or URL, as an MCP server's command line)."""
+
+
+def _trusted_kwargs(env_id: Any, kwargs: Any) -> tuple[dict[str, Any], list[str]]:
+    """(the arguments of `kwargs` a request could set too, the names of the others)."""
+    from .envs import registry
+
+    if not isinstance(kwargs, dict) or not kwargs:
+        return {}, []
+    try:
+        spec = registry.spec(str(env_id))
+    except UserError:  # an environment this process does not know: nothing of it runs here
+        return kwargs, []
+    if env_id == "mix":
+        try:
+            return registry.checked_kwargs("mix", kwargs), []
+        except ValueError:  # NotSettable too: a member's argument that a request could not set
+            return {}, ["members"]
+    kept, dropped = {}, []
+    for name, value in kwargs.items():
+        try:
+            kept[name] = spec.safe_kwargs[name].check(f"{env_id}'s {name}", value)
+        except (KeyError, ValueError):
+            dropped.append(str(name))
+    return kept, dropped
 
 
 def played_settings(run_dir: str | Path, log: Callable[[str], object] = warn_on_stderr) -> dict[str, Any]:
@@ -206,12 +232,14 @@ def played_settings(run_dir: str | Path, log: Callable[[str], object] = warn_on_
     played = {k: data[k] for k in PLAYED_SECTIONS if k in data}
     env = played.get("env")
     if isinstance(env, dict):
-        named = [key for key in UNTRUSTED_ENV_KEYS
+        named = [f"env.{key}" for key in UNTRUSTED_ENV_KEYS
                  if env.get(key) and (key != "judge" or (isinstance(env[key], dict) and env[key].get("url")))]
+        kept, dropped = _trusted_kwargs(env.get("id"), env.get("kwargs"))
+        named += [f"env.kwargs.{name}" for name in dropped]
+        played["env"] = {**{k: v for k, v in env.items() if k not in UNTRUSTED_ENV_KEYS}, "kwargs": kept}
         if named:
-            played["env"] = {k: v for k, v in env.items() if k not in UNTRUSTED_ENV_KEYS}
-            log(f"note: the run's env.{' and env.'.join(named)} are not taken from its {CONFIG} (a folder's file "
-                "names no code to import or URL to call): give them on the command line to use them")
+            log(f"note: {', '.join(named)} of the run are not taken from its {CONFIG} (a folder's file names no "
+                "program, file or URL to use): give them on the command line (--env-arg, key=value) to use them")
     return {**played, "run": run}
 
 

@@ -188,8 +188,8 @@ class TrainLoopConfig:
     of a step too, not only between steps, and its episodes in flight go on under them (their KV
     caches are dropped and each conversation prefilled again under the new weights). Each turn
     records the version that wrote it (`Trajectory.turn_versions`); `async/turn_staleness_*`
-    count versions per turn; the learner recomputes the old logprobs and `algo.tis_cap` weighs
-    each token by the generator that wrote it."""
+    count versions per turn; the learner recomputes the old logprobs (`algo.recompute_old_logprobs`,
+    which partial rollouts need) and `algo.tis_cap` weighs each token by the generator that wrote it."""
 
     def __post_init__(self) -> None:
         if self.partial_rollouts and not self.asynchronous:

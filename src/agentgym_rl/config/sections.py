@@ -283,7 +283,8 @@ class RolloutConfig:
     dtype: Literal["model", "bfloat16"] = "model"
     """RL: the dtype an in-process generator samples in. "model": the learner's own weights.
     "bfloat16" with a float32 learner: a bfloat16 copy of the model, refreshed in place after
-    every update (the log says its size), which halves what each decoding step reads; the learner
+    every update (played ahead: as the playing thread loads what the learner published; the log
+    says its size), which halves what each decoding step reads; the learner
     keeps float32 weights and recomputes the old logprobs (`rollout/logprob_gap_*` measures the
     copy's rounding; `algo.tis_cap` corrects each token's share of it). Validation samples the
     learner's float32 weights."""

@@ -35,8 +35,9 @@ from .rewards import EpisodeReward
 from .trajectory import Trajectory
 
 _JOURNALED = ("task", "group", "record", "done", "ids", "reply_start", "reply_ids", "state_key", "branches",
-              "attempt", "dropped", "sample", "stream")
-"""The `_Episode` fields a journal keeps (the environment goes as its snapshot)."""
+              "attempt", "dropped", "sample", "stream", "reward_failed", "info")
+"""The `_Episode` fields a journal keeps (the environment goes as its snapshot); a journal of an
+earlier version may lack the last ones, which then take their defaults."""
 
 
 @dataclass
@@ -270,7 +271,7 @@ class RolloutEngine:
         """The journal's episodes, the unfinished ones in environments restored from their snapshots."""
         episodes = []
         for kept in saved["episodes"]:
-            fields = {name: kept[name] for name in _JOURNALED}
+            fields = {name: kept[name] for name in _JOURNALED if name in kept}
             episodes.append((_Episode(env=None, **fields), kept["env_state"]))  # type: ignore[arg-type]
 
         def restore(pair: tuple[_Episode, bytes | None]) -> _Episode:

@@ -5,9 +5,10 @@ Versions count the learner's updates: the weights after step t's update are vers
 a synchronous run samples step s with version s. Here step s may be played as soon as version
 s - k is out, so while the learner updates on step s the generator already plays s + 1 .. s + k
 with the newest weights it has; the data of step s is then at most k versions old. The
-generator holds its own copy of the weights (`Learner.detach_rollout_model`), loaded only
-between its steps, so an update never changes a model mid-episode. With k = 0 the generator
-waits for every update, which is the synchronous run, one step after another.
+generator holds its own copy of the weights (`Learner.detach_rollout_model`), loaded between
+its steps, so an update never changes a model mid-episode; with `partial` (partial rollouts) also
+between two turns of a step, each turn recording the version that wrote it. With k = 0 the
+generator waits for every update, which is the synchronous run, one step after another.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class PlayedStep:
     Attributes:
         step: the 0-based training step they are for.
         trajectories, metrics: what `RLTrainer._play_step` returns.
-        version: the policy version (updates applied) whose weights sampled every token.
+        version: the policy version (updates applied) whose weights the step started with (every
+            token's, unless partial rollouts loaded newer ones between turns: `turn_versions`).
         rollout_s: seconds the playing took.
     """
 
@@ -79,13 +81,16 @@ class RolloutsAhead:
     learner in order.
 
     Args:
-        play: plays one step: step -> (trajectories, metrics); runs in the thread.
-        load: puts published weights into the generator (between steps, in the thread).
+        play: plays one step: step -> (trajectories, metrics), or with `partial`
+            (step, between_turns) -> ...; runs in the thread.
+        load: puts published weights into the generator (between steps, in the thread; with
+            `partial`, between turns as well, through `load_newer`).
         first, last: the steps to play; the generator starts with version `first`.
         max_staleness: k, how many versions older than its step a step's data may be.
         threads: torch's CPU thread count in the thread (a new thread does not inherit the
             caller's setting).
         snapshot: the learner's weights, copied, for `step_done` to publish.
+        partial: partial rollouts: `play` gets `load_newer` to call between turns.
     Attributes:
         stalenesses: how many versions old each step taken so far was.
     """

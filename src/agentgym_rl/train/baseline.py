@@ -33,7 +33,7 @@ def donor_differences(path: str | Path, played: Mapping[str, Any]) -> list[str]:
     folder = Path(path).resolve().parent
     if folder.name != "validation" or not (folder.parent / CONFIG).is_file():
         return []
-    donor = played_settings(folder.parent)
+    donor = played_settings(folder.parent, log=lambda _: None)
     differences = []
     for section, key in PLAYING_KEYS:
         if key not in donor.get(section, {}):

@@ -354,7 +354,11 @@ class Learner:
         the frozen ones (a LoRA model's base) shared rather than copied unless the copy is cast
         to another `dtype`. Returns the bytes the copy adds."""
         if dtype is not None and dtype != next(self.model.parameters()).dtype:
-            self.rollout_model = copy.deepcopy(self.model).to(dtype)
+            # Parameters only: float buffers (rotary frequencies) keep their precision, which
+            # the positions of a long episode would otherwise round away.
+            self.rollout_model = copy.deepcopy(self.model)
+            for parameter in self.rollout_model.parameters():
+                parameter.data = parameter.data.to(dtype)
             return sum(p.numel() * p.element_size() for p in self.rollout_model.parameters())
         shared = {id(tensor): tensor for tensor in [*self.model.parameters(), *self.model.buffers()]
                   if not tensor.requires_grad}

@@ -241,6 +241,8 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
              {"train.asynchronous": config.train.asynchronous, torchrun: world > 1,
               workers: config.rollout.workers > 0}),
             # The copy's rounding would enter PPO's ratio unless the learner scores the old logprobs.
+            ("train.partial_rollouts", config.train.partial_rollouts,
+             {"algo.recompute_old_logprobs: false": not config.algo.recompute_old_logprobs}),
             ("rollout.dtype: bfloat16", config.rollout.dtype == "bfloat16",
              {"algo.recompute_old_logprobs: false": not config.algo.recompute_old_logprobs, torchrun: world > 1,
               workers: config.rollout.workers > 0,

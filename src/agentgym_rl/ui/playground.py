@@ -248,7 +248,7 @@ class Playground:
                 return self._models[run_dir]
         try:
             folder = latest_model(run_dir)
-            rollout = played_settings(run_dir).get("rollout") or {}
+            rollout = played_settings(run_dir, log=lambda _: None).get("rollout") or {}
         except UserError as error:
             raise PlaygroundError(str(error)) from None
         if not within(folder, run_dir):

@@ -165,6 +165,7 @@ class _Session:
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-session", daemon=True)
         self.thread.start()
         self._closing: asyncio.Event | None = None
+        self._left = threading.Event()  # the session's `Client` has exited (its server with it)
         ready: asyncio.Future = self.loop.create_future()
 
         async def hold() -> None:
@@ -177,6 +178,8 @@ class _Session:
             except BaseException as error:  # noqa: BLE001 — said by the constructor
                 if not ready.done():
                     ready.set_exception(error)
+            finally:
+                self._left.set()
 
         self._held = asyncio.run_coroutine_threadsafe(hold(), self.loop)
         try:
@@ -195,14 +198,9 @@ class _Session:
             return
         if self._closing is not None:
             self.loop.call_soon_threadsafe(self._closing.set)
-        try:
-            self._held.result(timeout=10)
-        except Exception:  # noqa: BLE001 — still starting, or the server is gone already
+        if not self._left.wait(timeout=10):  # still starting: cancelled, which leaves `Client` as well
             self.loop.call_soon_threadsafe(self._held.cancel)
-            try:
-                self._held.result(timeout=10)
-            except BaseException:  # noqa: BLE001 — cancelled, as asked
-                pass
+            self._left.wait(timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         if not self.thread.is_alive():
@@ -254,8 +252,13 @@ class MCPEnv(TextEnv):
         self._solved = 0  # the expert's place in the task's solution
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
-        index = (random.Random(seed).choice(mcp_tasks("test", self.task_file)).index if item_id is None
-                 else parse_item_index(item_id, self.env_id))
+        if item_id is None:
+            tests = mcp_tasks("test", self.task_file)
+            if not tests:
+                raise ValueError(f"{self.task_file} has no test task to draw from: give an item id")
+            index = random.Random(seed).choice(tests).index
+        else:
+            index = parse_item_index(item_id, self.env_id)
         self._task, self._index, self._done, self._solved = _task(self.task_file, index), index, False, 0
         return f"Task: {self._task['instruction']}", self._info()
 
