@@ -137,6 +137,19 @@ def test_the_heap_is_handed_back_after_each_micro_batch_backward(tiny_tokenizer,
     assert all(count > 0 for count in gradients_at_release)  # each after its backward pass
 
 
+def test_a_kl_guard_on_a_metric_the_loss_does_not_report_is_refused(tiny_tokenizer):
+    """`algo.max_kl` reads the policy loss's approx_kl: with a loss that reports none, it would
+    never skip a step, silently; it is an error instead, and the weights are left as they were."""
+    from agentgym_rl.errors import UserError
+
+    model = build_model(tiny_tokenizer, SMALL)
+    learner = Learner(model, OptimConfig(lr=0.1, micro_batch_size=2, grad_clip=0))
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(UserError, match="algo.max_kl"):
+        learner.update(_batch(tiny_tokenizer), nll_loss, skip_above=("approx_kl", 0.05))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 def test_micro_batches_group_rows_by_length_and_scores_keep_row_order(tiny_tokenizer):
     batch = _batch(tiny_tokenizer)  # row lengths 5, 3, 4, 2
     assert [rows for rows, _ in micro_batches(batch, 2)] == [[3, 1], [2, 0]]

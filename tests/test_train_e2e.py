@@ -818,3 +818,31 @@ def test_rollouts_from_a_bfloat16_copy_of_a_float32_learner(tmp_path, counter_en
     assert not_alongside(toy_config(tmp_path, "train.asynchronous=true", "train.partial_rollouts=true",
                                     "algo.recompute_old_logprobs=false"), 1).startswith(
         "train.partial_rollouts does not run with algo.recompute_old_logprobs: false")
+
+
+def test_a_bfloat16_copy_of_a_lora_model_trains_and_resumes(tmp_path, counter_env_registered):
+    """With a LoRA adapter the bfloat16 copy holds the adapter and the base, cast; after each
+    update it takes the adapter's new weights by name; a resumed run builds it again from the
+    checkpoint (which holds the float32 learner's weights, not the copy's)."""
+    import torch
+
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(steps, resume=False):
+        config = toy_config(tmp_path, "rollout.dtype=bfloat16", "model.lora_rank=4", f"train.steps={steps}",
+                            "train.validate_every=0", "train.save_every=1", "algo.kl_coef=0",
+                            "env.reward=reward_fns:reply_chars", name="bf16_lora")
+        trainer = RLTrainer(config, log=lambda _: None)
+        trainer.fit(resume=resume)
+        return trainer
+
+    for trainer in (fit(1), fit(2, resume=True)):
+        learner = trainer.learner
+        trained = {name: p for name, p in learner.model.named_parameters() if p.requires_grad}
+        copied = dict(learner.rollout_model.named_parameters())
+        assert trained and all(copied[name].dtype == torch.bfloat16 for name in trained)
+        for name, parameter in trained.items():
+            assert torch.equal(parameter.detach().to(torch.bfloat16), copied[name].detach()), name
+    rows = [json.loads(line) for line in (tmp_path / "bf16_lora" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if "train/success" in row] == [1, 2]
+    assert all(row["update/trajectories"] > 0 for row in rows if "train/success" in row)

@@ -515,7 +515,10 @@ class Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.grad_clip or float("inf"))
         summed["grad_norm"] = float(grad_norm)
         summed["lr"] = self.optimizer.param_groups[0]["lr"]
-        summed["skipped"] = float(skip_above is not None and summed.get(skip_above[0], 0.0) > skip_above[1])
+        if skip_above is not None and skip_above[0] not in summed:  # a guard that would never fire
+            raise UserError(f"the guard on {skip_above[0]} (algo.max_kl) reads a metric the loss does not report: "
+                            "set algo.max_kl: 0, or use a policy loss that reports it (ppo_clip does)")
+        summed["skipped"] = float(skip_above is not None and summed[skip_above[0]] > skip_above[1])
         if not summed["skipped"]:
             self.optimizer.step()
         return summed
