@@ -180,3 +180,15 @@ def test_a_run_with_validation_on_ray_actors_trains_and_stops_clean(tmp_path):
     while ray_processes() - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not ray_processes() - before
+
+
+def test_an_environment_that_makes_its_instruction_gives_it_from_its_actor(ray_instance):
+    """An MCP environment lists its server's tools in its instruction, made by the instance: an
+    environment in a Ray actor takes the built one's, not its class's generic line."""
+    from agentgym_rl.envs import registry
+
+    env = registry.env_factory("mcp", {}, ["ray:local"])()  # the factory's probe read it from its actor
+    try:
+        assert "JSON Schema" in env.instruction and "final_answer" in env.instruction
+    finally:
+        env.close()

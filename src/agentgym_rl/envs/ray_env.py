@@ -87,8 +87,9 @@ class _EnvHost:
     def call(self, method: str, *args: Any) -> Any:
         return getattr(self.env, method)(*args)
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The built environment's instruction (an instance's own, e.g. an MCP server's tool list)."""
+        return self.env.instruction
 
 
 def parse_address(url: str, default_cpus: float = DEFAULT_CPUS) -> tuple[str | None, float]:
@@ -159,7 +160,7 @@ def ray_factory(env_id: str, entry_point: str, kwargs: dict[str, Any], url: str,
 
     probe = factory()
     try:  # an actor whose environment could not be built dies at once: say why, before any work
-        probe.wait_ready()
+        instruction = probe.wait_ready()  # the instance's own, for every environment made after
     finally:
         probe.close()
     factory.max_parallel = budget.capacity  # type: ignore[attr-defined]
@@ -196,8 +197,9 @@ class RayEnv(TextEnv):
         except RayActorError as error:
             raise RayEnvError(f"{self.env_id} actor died: {str(error).splitlines()[0]}") from None
 
-    def wait_ready(self) -> None:
-        """Wait until the actor has built its environment.
+    def wait_ready(self) -> str:
+        """Wait until the actor has built its environment; returns (and takes) that environment's
+        instruction, which an instance may make itself.
 
         Raises:
             ValueError: building it failed (bad arguments); the message is the cause's.
@@ -206,9 +208,10 @@ class RayEnv(TextEnv):
         from ray.exceptions import RayActorError
 
         try:
-            ray.get(self._actor.ready.remote(), timeout=self.timeout)
+            self.instruction = ray.get(self._actor.ready.remote(), timeout=self.timeout)
         except RayActorError as error:
             raise ValueError(f"the environment could not be built in its actor: {actor_failure(error)}") from None
+        return self.instruction
 
     def reset(self, item_id: int | str | None = None, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         return self._call("reset", item_id, seed)
