@@ -46,7 +46,8 @@ def check_env(env: TextEnv, item_id: int | str = 0, actions: list[str] | None = 
         if script is None:
             available = env.available_actions()
             script = [available[0] if available else "look"] * 3
-        for action in [*script, "!!not an action!!"]:
+        # The nonsense action first: a script that ends the episode must not skip its check.
+        for action in ["!!not an action!!", *script]:
             result = env.step(action)
             _check_step_result(result)
             obs, reward, terminated, truncated, info = result
