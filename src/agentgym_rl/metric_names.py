@@ -31,12 +31,14 @@ UPDATE_ENTROPY = "update/entropy"
 UPDATE_GRAD_NORM = "update/grad_norm"
 UPDATE_APPROX_KL = "update/approx_kl"
 UPDATE_CLIP_FRACTION = "update/clip_fraction"
+UPDATE_RATIO_MEAN = "update/ratio_mean"
 UPDATE_SKIPPED_STEPS = "update/skipped_steps"
 UPDATE_OPTIMIZER_STEPS = "update/optimizer_steps"
 
 ADV_NUM_GROUPS = "adv/num_groups"
 ADV_ZERO_VAR_GROUP_FRAC = "adv/zero_var_group_frac"
 ADV_ABS_MEAN = "adv/adv_abs_mean"
+ADV_REWARD_MEAN = "adv/reward_mean"
 ADV_TOKEN_ABS_MEAN = "adv/token_abs_mean"
 ADV_RIGHT_TOKEN_POSITIONS = "adv/right_token_positions"
 
@@ -145,11 +147,13 @@ DOCS = {
     UPDATE_APPROX_KL: "policy drift: approximate KL of the updated policy to the one that sampled the step "
                       "(0 by construction with one optimizer step)",
     UPDATE_CLIP_FRACTION: "policy drift: share of tokens whose ratio was clipped (0 with one optimizer step)",
+    UPDATE_RATIO_MEAN: "mean importance ratio π_new / π_old over trained tokens (1 with one optimizer step)",
     UPDATE_SKIPPED_STEPS: "optimizer steps the algo.max_kl guard skipped",
     UPDATE_OPTIMIZER_STEPS: "optimizer steps the update took (epochs × minibatches)",
     ADV_NUM_GROUPS: "groups of samples of one task compared by the estimator",
     ADV_ZERO_VAR_GROUP_FRAC: "share of groups whose rewards tie (no advantage from them)",
     ADV_ABS_MEAN: "mean |advantage| from the estimator, before turns are discredited",
+    ADV_REWARD_MEAN: "mean reward of the episodes the estimator compared (those with a trained token and no failure)",
     ADV_TOKEN_ABS_MEAN: "mean |advantage| per trained token, as the loss sees it",
     ADV_RIGHT_TOKEN_POSITIONS: "tokens where the right-token loss applies",
     ROLLOUT_LOGPROB_GAP_MEAN: "mean |log p_generator − log p_learner| over action tokens (~0 in one precision)",
