@@ -525,6 +525,54 @@ def _turn_returns(rewards: Tensor, turns: Tensor, rows: Tensor, turn: Tensor, tu
     return by_turn[rows, turn.clamp(max=by_turn.shape[1] - 1)]
 
 
+def _turn_starts(turns: Tensor) -> tuple[Tensor, Tensor]:
+    """(rows, columns) of each turn's first token in `turns` (B, T), a token's turn index (−1 off
+    the action tokens): where the turn id differs from the token before's."""
+    before = torch.full_like(turns, -1)
+    before[:, 1:] = turns[:, :-1]
+    return ((turns >= 0) & (turns != before)).nonzero(as_tuple=True)
+
+
+def _on_tokens(per_turn: Tensor, rows: Tensor, turn: Tensor, turns: Tensor, mask: Tensor) -> Tensor:
+    """(B, T): `per_turn` (N,), the value of turn `turn` of row `rows`, on every action token of
+    that turn (`turns`, each token's turn index), 0 off the `mask`."""
+    table = per_turn.new_zeros(mask.shape[0], int(turn.max()) + 1 if turn.numel() else 1)
+    table[rows, turn] = per_turn
+    return torch.where(mask, table.gather(1, turns.clamp(min=0)), per_turn.new_zeros(mask.shape))
+
+
+def _check_gigpo_inputs(rewards: Tensor, group_ids: Tensor, mask: Tensor, state_ids: Tensor | None,
+                        gamma: float) -> None:
+    _check_rewards(rewards, group_ids)
+    _check_token_tensors(mask, state_ids=state_ids)
+    if mask.shape[0] != rewards.shape[0]:
+        raise ValueError(f"mask has {mask.shape[0]} rows for {rewards.shape[0]} rewards")
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+    if state_ids is not None and (state_ids.dtype.is_floating_point or state_ids.dtype == torch.bool):
+        raise ValueError(f"state_ids must be an integer tensor, got {state_ids.dtype}")
+
+
+def _step_advantages(returns: Tensor, groups: Tensor, state: Tensor, normalize_std: bool,
+                     eps: float) -> tuple[Tensor, Tensor, Tensor, int]:
+    """GiGPO's step level over N turns: each turn's `returns` (N,) compared within its step group,
+    the turns of one task (`groups`, (N,)) taken from one state (`state`, (N,), −1: none).
+    Returns (advantages (N,), keyed (N,) bool: has a state, grouped (N,) bool: in a step group of
+    two or more, the number of such step groups)."""
+    keyed = state >= 0
+    step = torch.zeros_like(returns)
+    grouped = torch.zeros_like(keyed)
+    if not keyed.any():
+        return step, keyed, grouped, 0
+    # A step group is one (task, state) pair: dense ids over the keyed turns.
+    pairs = torch.stack([groups[keyed].long(), state[keyed]], dim=1)
+    _, step_group = torch.unique(pairs, dim=0, return_inverse=True)
+    step[keyed] = grpo_advantages(returns[keyed], step_group, normalize_std=normalize_std, eps=eps).advantages
+    sizes = torch.bincount(step_group)
+    grouped[keyed] = sizes[step_group] > 1
+    return step, keyed, grouped, int((sizes > 1).sum())
+
+
 @register_advantage("gigpo")
 def gigpo_advantages(
     rewards: Tensor,
@@ -581,48 +629,21 @@ def gigpo_advantages(
         two or more turns, "step_grouped_turn_frac": turns in one, "step_adv_abs_mean" over keyed
         turns) and "adv_abs_mean" over action tokens.
     """
-    _check_rewards(rewards, group_ids)
-    _check_token_tensors(mask, state_ids=state_ids)
-    if mask.shape[0] != rewards.shape[0]:
-        raise ValueError(f"mask has {mask.shape[0]} rows for {rewards.shape[0]} rewards")
-    if not 0.0 <= gamma <= 1.0:
-        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
-    if state_ids is not None and (state_ids.dtype.is_floating_point or state_ids.dtype == torch.bool):
-        raise ValueError(f"state_ids must be an integer tensor, got {state_ids.dtype}")
+    _check_gigpo_inputs(rewards, group_ids, mask, state_ids, gamma)
     m = as_bool_mask(mask)
     rewards = rewards.detach()
     episode = grpo_advantages(rewards, group_ids, normalize_std=normalize_std, eps=eps)
     advantages = broadcast_to_tokens(episode.advantages, m)
     turns = turn_ids_from_mask(m)
-    # One entry per turn, at its first token: where the turn id differs from the token before's.
-    before = torch.full_like(turns, -1)
-    before[:, 1:] = turns[:, :-1]
-    rows, columns = ((turns >= 0) & (turns != before)).nonzero(as_tuple=True)
+    rows, columns = _turn_starts(turns)
     turn = turns[rows, columns]
     returns = _turn_returns(rewards, turns, rows, turn, turn_rewards, gamma)
     state = state_ids[rows, columns].long() if state_ids is not None else torch.full_like(turn, -1)
-    keyed = state >= 0
-    step = torch.zeros_like(returns)
-    grouped = torch.zeros_like(keyed)  # turns in a step group of two or more
-    step_groups = 0
-    if keyed.any():
-        # A step group is one (task, state) pair: dense ids over the keyed turns.
-        pairs = torch.stack([group_ids[rows][keyed].long(), state[keyed]], dim=1)
-        _, step_group = torch.unique(pairs, dim=0, return_inverse=True)
-        step[keyed] = grpo_advantages(returns[keyed], step_group, normalize_std=normalize_std, eps=eps).advantages
-        sizes = torch.bincount(step_group)
-        grouped[keyed] = sizes[step_group] > 1
-        step_groups = int((sizes > 1).sum())
-    # Back to tokens: a (B, turns) table read at each token's turn.
-    table = rewards.new_zeros(m.shape[0], int(turn.max()) + 1 if turn.numel() else 1)
-    table[rows, turn] = step
-    advantages = advantages + step_weight * torch.where(m, table.gather(1, turns.clamp(min=0)),
-                                                        torch.zeros_like(advantages))
+    step, keyed, grouped, step_groups = _step_advantages(returns, group_ids[rows], state, normalize_std, eps)
+    advantages = advantages + step_weight * _on_tokens(step, rows, turn, turns, m)
     count = max(turn.numel(), 1)
     metrics = {
-        "num_groups": episode.metrics["num_groups"],
-        "zero_var_group_frac": episode.metrics["zero_var_group_frac"],
-        "reward_mean": episode.metrics["reward_mean"],
+        **{key: episode.metrics[key] for key in ("num_groups", "zero_var_group_frac", "reward_mean")},
         "episode_adv_abs_mean": episode.metrics["adv_abs_mean"],
         "keyed_turn_frac": float(keyed.sum()) / count,
         "step_groups": float(step_groups),

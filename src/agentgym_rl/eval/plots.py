@@ -86,6 +86,81 @@ def mixed_envs(rows: list[dict]) -> list[str]:
     return list(found)
 
 
+class _Trend:
+    """Draws a metric over the steps of `rows`: each step's value faint, the trailing mean over
+    `window` steps bold, a marker at each step of a short run."""
+
+    def __init__(self, rows: list[dict], window: int):
+        self.rows, self.window = rows, window
+        self.suffix = f" (mean of {window} steps)" if window > 1 else ""
+
+    def __call__(self, ax: Any, key: str, color: str, label: str, **style: Any) -> bool:
+        """False when `key` was never logged (nothing drawn)."""
+        steps, values = _series(self.rows, key)
+        if not steps:
+            return False
+        if self.window > 1:
+            ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+        marks = {"marker": "o", "markersize": 3} if len(steps) <= MARKED_POINTS else {}  # one step: a point
+        ax.plot(steps, trailing_mean(values, self.window), color=color, label=label + self.suffix,
+                **{"linewidth": 2, **marks, **style})
+        return True
+
+
+def _success_panel(ax: Any, rows: list[dict], trend: _Trend) -> None:
+    trend(ax, metric.TRAIN_SUCCESS, "tab:blue", "train success")
+    trend(ax, metric.TRAIN_REWARD, "tab:orange", "train reward", linestyle="--")
+    val_steps, val_success = _series(rows, metric.VAL_SUCCESS)
+    if val_steps:
+        ax.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
+    # A mix of environments: each one's training success (thin) and validation (hollow markers).
+    for env_id, color in zip(mixed_envs(rows), ("tab:cyan", "tab:pink", "tab:olive", "tab:gray", "tab:brown")):
+        trend(ax, metric.env_metric("train", env_id, "success"), color, f"train success: {env_id}", linewidth=1.2)
+        env_steps, env_success = _series(rows, metric.env_metric("val", env_id, "success"))
+        if env_steps:
+            ax.plot(env_steps, env_success, "o--", color=color, markerfacecolor="none", label=f"validation: {env_id}")
+    lowest = min(_series(rows, metric.TRAIN_REWARD)[1], default=0.0)  # rewards go below 0 with penalties
+    ax.set_ylim(min(-0.03, lowest - 0.05), 1.03)
+    ax.set_ylabel("fraction / reward")
+    ax.set_title("success", fontsize="medium")
+
+
+def _horizon_panel(ax: Any, rows: list[dict], trend: _Trend) -> None:
+    trend(ax, metric.TRAIN_TURNS, "tab:purple", "mean turns used")
+    # Drawn after the turns and dashed: the turns used often sit on the horizon.
+    h_steps, horizon = _series(rows, metric.HORIZON)
+    marks = {"marker": "_", "markersize": 10} if len(h_steps) <= MARKED_POINTS else {}
+    ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
+            label="horizon (max turns)", **marks)
+    highest = max([*horizon, *_series(rows, metric.TRAIN_TURNS)[1]], default=1)
+    ax.set_ylim(0, highest * 1.15 + 0.5)  # room above the horizon: a line on the frame is lost
+    ax.set_ylabel("turns")
+    ax.set_title("interaction horizon", fontsize="medium")
+
+
+def _loss_panel(ax: Any, trend: _Trend) -> None:
+    if not trend(ax, metric.UPDATE_LOSS, "tab:brown", "loss"):
+        ax.text(0.5, 0.5, "no update logged yet", transform=ax.transAxes, ha="center", color="grey")
+    ax.set_ylabel("loss")
+    ax.set_title("loss", fontsize="medium")
+
+
+def _kl_panel(ax: Any, trend: _Trend) -> Any:
+    """The KLs on `ax` and the entropy on a twin axis, which it returns."""
+    trend(ax, metric.UPDATE_APPROX_KL, "tab:cyan", "policy drift: KL to the sampling policy")
+    trend(ax, metric.UPDATE_KL, "tab:olive", "KL to the reference")
+    ax.set_ylabel("KL")
+    entropy_ax = ax.twinx()
+    if trend(entropy_ax, metric.UPDATE_ENTROPY, "tab:gray", "entropy", linestyle=":"):
+        entropy_ax.set_ylabel("entropy (nats)")
+    else:
+        entropy_ax.set_yticks([])
+        ax.text(0.98, 0.95, "no update logged yet", transform=ax.transAxes, ha="right", va="top", fontsize="small",
+                color="grey")
+    ax.set_title("KL and entropy", fontsize="medium")
+    return entropy_ax
+
+
 def training_figure(rows: list[dict], title: str) -> Any:
     """Four panels over the RL steps of `metrics.jsonl` rows: success (training, each step's
     value faint and their trailing mean over a tenth of the run bold, and validation), turns
@@ -99,66 +174,11 @@ def training_figure(rows: list[dict], title: str) -> Any:
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
     (success_ax, turns_ax), (loss_ax, kl_ax) = axes
-    window = smoothing_window(len(_series(rows, metric.TRAIN_SUCCESS)[0]))
-    mean_label = f" (mean of {window} steps)" if window > 1 else ""
-
-    def trend(ax, key: str, color: str, label: str, **style) -> bool:
-        """Each step's value faint, the trailing mean bold; False when `key` was never logged."""
-        steps, values = _series(rows, key)
-        if not steps:
-            return False
-        if window > 1:
-            ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
-        marks = {"marker": "o", "markersize": 3} if len(steps) <= MARKED_POINTS else {}  # one step: a point
-        ax.plot(steps, trailing_mean(values, window), color=color, label=label + mean_label,
-                **{"linewidth": 2, **marks, **style})
-        return True
-
-    trend(success_ax, metric.TRAIN_SUCCESS, "tab:blue", "train success")
-    trend(success_ax, metric.TRAIN_REWARD, "tab:orange", "train reward", linestyle="--")
-    val_steps, val_success = _series(rows, metric.VAL_SUCCESS)
-    if val_steps:
-        success_ax.plot(val_steps, val_success, "o-", label="validation success", color="tab:green")
-    # A mix of environments: each one's training success (thin) and validation (hollow markers).
-    for env_id, color in zip(mixed_envs(rows), ("tab:cyan", "tab:pink", "tab:olive", "tab:gray", "tab:brown")):
-        trend(success_ax, metric.env_metric("train", env_id, "success"), color, f"train success: {env_id}", linewidth=1.2)
-        env_steps, env_success = _series(rows, metric.env_metric("val", env_id, "success"))
-        if env_steps:
-            success_ax.plot(env_steps, env_success, "o--", color=color, markerfacecolor="none",
-                            label=f"validation: {env_id}")
-    lowest = min(_series(rows, metric.TRAIN_REWARD)[1], default=0.0)  # rewards go below 0 with penalties
-    success_ax.set_ylim(min(-0.03, lowest - 0.05), 1.03)
-    success_ax.set_ylabel("fraction / reward")
-    success_ax.set_title("success", fontsize="medium")
-
-    trend(turns_ax, metric.TRAIN_TURNS, "tab:purple", "mean turns used")
-    # Drawn after the turns and dashed: the turns used often sit on the horizon.
-    h_steps, horizon = _series(rows, metric.HORIZON)
-    turns_ax.step(h_steps, horizon, where="post", color="tab:red", linestyle="--", linewidth=1.8, zorder=3,
-                  label="horizon (max turns)", **({"marker": "_", "markersize": 10} if len(h_steps) <= MARKED_POINTS
-                                                 else {}))
-    highest = max([*horizon, *_series(rows, metric.TRAIN_TURNS)[1]], default=1)
-    turns_ax.set_ylim(0, highest * 1.15 + 0.5)  # room above the horizon: a line on the frame is lost
-    turns_ax.set_ylabel("turns")
-    turns_ax.set_title("interaction horizon", fontsize="medium")
-
-    if not trend(loss_ax, metric.UPDATE_LOSS, "tab:brown", "loss"):
-        loss_ax.text(0.5, 0.5, "no update logged yet", transform=loss_ax.transAxes, ha="center", color="grey")
-    loss_ax.set_ylabel("loss")
-    loss_ax.set_title("loss", fontsize="medium")
-
-    trend(kl_ax, metric.UPDATE_APPROX_KL, "tab:cyan", "policy drift: KL to the sampling policy")
-    trend(kl_ax, metric.UPDATE_KL, "tab:olive", "KL to the reference")
-    kl_ax.set_ylabel("KL")
-    entropy_ax = kl_ax.twinx()
-    if trend(entropy_ax, metric.UPDATE_ENTROPY, "tab:gray", "entropy", linestyle=":"):
-        entropy_ax.set_ylabel("entropy (nats)")
-    else:
-        entropy_ax.set_yticks([])
-        kl_ax.text(0.98, 0.95, "no update logged yet", transform=kl_ax.transAxes,
-                   ha="right", va="top", fontsize="small", color="grey")
-    kl_ax.set_title("KL and entropy", fontsize="medium")
-
+    trend = _Trend(rows, smoothing_window(len(_series(rows, metric.TRAIN_SUCCESS)[0])))
+    _success_panel(success_ax, rows, trend)
+    _horizon_panel(turns_ax, rows, trend)
+    _loss_panel(loss_ax, trend)
+    entropy_ax = _kl_panel(kl_ax, trend)
     for ax in axes.flat:
         ax.grid(alpha=0.3)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

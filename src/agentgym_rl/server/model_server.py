@@ -92,20 +92,8 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
     app.add_middleware(RequestGuard, token=token, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
 
-    def check_model(requested: str | None) -> None:
-        if requested not in (None, name):
-            raise HTTPException(404, f"model {excerpt(requested)!r} is not served here; this server serves {name!r}")
-
     def generate(prompts: list[list[int]], max_tokens: int, temperature: float, stops: list[int]) -> list[Generation]:
-        vocabulary = len(tokenizer)
-        for prompt in prompts:
-            if not prompt or any(not 0 <= token_id < vocabulary for token_id in prompt):
-                raise HTTPException(422, f"a prompt is empty or holds a token id outside 0..{vocabulary - 1}")
-            if context is not None and len(prompt) + max_tokens > context:
-                raise HTTPException(422, f"a prompt of {len(prompt)} tokens and max_tokens {max_tokens} pass the "
-                                         f"model's context of {context} tokens: shorten the prompt or max_tokens")
-        if any(not 0 <= token_id < vocabulary for token_id in stops):
-            raise HTTPException(422, f"stop_token_ids hold an id outside 0..{vocabulary - 1}")
+        _check_prompts(prompts, stops, max_tokens, len(tokenizer), context)
         if temperature < GREEDY_BELOW:
             temperature = 0.0
         with lock:
@@ -117,12 +105,6 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
             raise HTTPException(503, "the model server is shutting down; send the request again once it is back "
                                      "(or to another server)")
         return generations
-
-    def usage(prompts: list[list[int]], generations: list[Generation]) -> dict[str, int]:
-        prompt_tokens = sum(map(len, prompts))
-        completion_tokens = sum(len(g.ids) for g in generations)
-        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens}
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -141,39 +123,80 @@ def create_model_app(model: Any, tokenizer: Any, name: str, token: str | None = 
         return await run_in_threadpool(chat, request)
 
     def complete(request: CompletionRequest) -> dict[str, Any]:
-        check_model(request.model)
-        prompt = request.prompt
-        if isinstance(prompt, str) or (prompt and isinstance(prompt[0], str)):
-            prompts = [tokenizer.encode(text, add_special_tokens=False) for text in ([prompt] if isinstance(prompt, str) else prompt)]
-        elif prompt and isinstance(prompt[0], int):
-            prompts = [list(prompt)]
-        else:
-            prompts = [list(ids) for ids in prompt]
+        _check_model(request.model, name)
+        prompts = _completion_prompts(request.prompt, tokenizer)
         if not 1 <= len(prompts) <= MAX_PROMPTS:
             raise HTTPException(422, f"send 1 to {MAX_PROMPTS} prompts, not {len(prompts)}")
         generations = generate(prompts, request.max_tokens, request.temperature, request.stop_token_ids or default_stops)
-        choices = []
-        for index, generation in enumerate(generations):
-            tokens = ([f"token_id:{token_id}" for token_id in generation.ids] if request.return_tokens_as_token_ids
-                      else [tokenizer.decode([token_id]) for token_id in generation.ids])
-            logprobs = {"tokens": tokens, "token_logprobs": generation.logprobs} if request.logprobs is not None else None
-            choices.append({"index": index, "text": tokenizer.decode(generation.ids), "logprobs": logprobs,
-                            "finish_reason": "stop" if generation.finished else "length"})
         return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": name, "choices": choices, "usage": usage(prompts, generations)}
+                "model": name, "choices": _completion_choices(generations, request, tokenizer),
+                "usage": usage(prompts, generations)}
 
     def chat(request: ChatRequest) -> dict[str, Any]:
-        check_model(request.model)
+        _check_model(request.model, name)
         messages = [message.model_dump() for message in request.messages]
         prompt = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False))
         [generation] = generate([prompt], request.max_tokens, request.temperature, default_stops)
-        message = {"role": "assistant", "content": encoder.decode_reply(generation.ids)}
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": name, "choices": [{"index": 0, "message": message,
-                                            "finish_reason": "stop" if generation.finished else "length"}],
-                "usage": usage([prompt], [generation])}
+        return _chat_response(name, prompt, generation, encoder.decode_reply(generation.ids))
 
     return app
+
+
+def _check_prompts(prompts: list[list[int]], stops: list[int], max_tokens: int, vocabulary: int,
+                   context: int | None) -> None:
+    """A 422 for an empty prompt, a token id outside the vocabulary, or a prompt and reply past
+    the model's context."""
+    for prompt in prompts:
+        if not prompt or any(not 0 <= token_id < vocabulary for token_id in prompt):
+            raise HTTPException(422, f"a prompt is empty or holds a token id outside 0..{vocabulary - 1}")
+        if context is not None and len(prompt) + max_tokens > context:
+            raise HTTPException(422, f"a prompt of {len(prompt)} tokens and max_tokens {max_tokens} pass the "
+                                     f"model's context of {context} tokens: shorten the prompt or max_tokens")
+    if any(not 0 <= token_id < vocabulary for token_id in stops):
+        raise HTTPException(422, f"stop_token_ids hold an id outside 0..{vocabulary - 1}")
+
+
+def _completion_prompts(prompt: Any, tokenizer: Any) -> list[list[int]]:
+    """The token ids of a completion request's `prompt`: a text, texts, ids, or lists of ids."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], str)):
+        return [tokenizer.encode(text, add_special_tokens=False) for text in ([prompt] if isinstance(prompt, str) else prompt)]
+    if prompt and isinstance(prompt[0], int):
+        return [list(prompt)]
+    return [list(ids) for ids in prompt]
+
+
+def _check_model(requested: str | None, name: str) -> None:
+    if requested not in (None, name):
+        raise HTTPException(404, f"model {excerpt(requested)!r} is not served here; this server serves {name!r}")
+
+
+def _chat_response(name: str, prompt: list[int], generation: Generation, text: str) -> dict[str, Any]:
+    """OpenAI's chat completion of one reply, `text` its content."""
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": name, "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                        "finish_reason": "stop" if generation.finished else "length"}],
+            "usage": usage([prompt], [generation])}
+
+
+def _completion_choices(generations: list[Generation], request: CompletionRequest, tokenizer: Any) -> list[dict]:
+    """The `choices` of a completion: each reply's text, and its tokens with their logprobs when
+    asked ("token_id:<id>" with `return_tokens_as_token_ids`, vLLM's convention)."""
+    choices = []
+    for index, generation in enumerate(generations):
+        tokens = ([f"token_id:{token_id}" for token_id in generation.ids] if request.return_tokens_as_token_ids
+                  else [tokenizer.decode([token_id]) for token_id in generation.ids])
+        logprobs = {"tokens": tokens, "token_logprobs": generation.logprobs} if request.logprobs is not None else None
+        choices.append({"index": index, "text": tokenizer.decode(generation.ids), "logprobs": logprobs,
+                        "finish_reason": "stop" if generation.finished else "length"})
+    return choices
+
+
+def usage(prompts: list[list[int]], generations: list[Generation]) -> dict[str, int]:
+    """OpenAI's `usage` of a request: the tokens of its prompts and of its replies."""
+    prompt_tokens = sum(map(len, prompts))
+    completion_tokens = sum(len(g.ids) for g in generations)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
 
 
 def model_name(folder: str | Path) -> str:

@@ -130,32 +130,45 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
     """
     runs_dir = Path(runs_dir)
     index = TrajectoryIndex()
-    tokens = TokenViews()
-    playground = Playground(allowed_urls, env_settings)
     app = FastAPI(title="agentgym-rl viewer", default_response_class=JSON)
     app.add_middleware(RequestGuard, max_body_bytes=max_body_bytes, allowed_hosts=allowed_hosts)
     add_error_handlers(app)
     threading.Thread(target=index.warm, args=(runs_dir,), name="index-runs", daemon=True).start()
-
-    def run_dir(name: str) -> Path:
-        try:
-            return resolve_run(runs_dir, name)
-        except NotFound as error:
-            raise HTTPException(404, str(error)) from None
-
-    def file_of(run: Path, split: str, step: int) -> Path:
-        if split not in SPLITS:
-            raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
-        path = run / split / f"step_{step:06d}.jsonl"
-        if not path.is_file() or not within(path, run):
-            raise HTTPException(404, f"run {run.name!r} has no {split} of step {step}")
-        return path
 
     @app.get("/", include_in_schema=False)
     def home() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    _add_run_routes(app, runs_dir, index, TokenViews())
+
+    @app.get("/api/metrics")
+    def metric_names() -> dict[str, Any]:
+        """The metric names the page needs: the curve to show first, and what each key means."""
+        return {"preferred": list(metric.PREFERRED_CURVES), "described": metric.DOCS}
+
+    _add_play_routes(app, runs_dir, Playground(allowed_urls, env_settings))
+    return app
+
+
+def _run_folder(runs_dir: Path, name: str) -> Path:
+    try:
+        return resolve_run(runs_dir, name)
+    except NotFound as error:
+        raise HTTPException(404, str(error)) from None
+
+
+def _file_of(run: Path, split: str, step: int) -> Path:
+    if split not in SPLITS:
+        raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
+    path = run / split / f"step_{step:06d}.jsonl"
+    if not path.is_file() or not within(path, run):
+        raise HTTPException(404, f"run {run.name!r} has no {split} of step {step}")
+    return path
+
+
+def _add_run_routes(app: FastAPI, runs_dir: Path, index: TrajectoryIndex, tokens: TokenViews) -> None:
+    """The routes that read runs: the list, one run, its trajectories and one of them."""
 
     @app.get("/api/runs")
     def runs() -> dict[str, Any]:
@@ -167,7 +180,7 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
                      success: str | None = Query(None, pattern="^(true|false|malformed)$"),
                      offset: int = Query(0, ge=0, le=MAX_INDEX),
                      limit: int = Query(100, ge=1, le=MAX_PAGE)) -> dict[str, Any]:
-        folder = run_dir(name)
+        folder = _run_folder(runs_dir, name)
         if split is not None and split not in SPLITS:
             raise HTTPException(422, f"split must be one of {', '.join(SPLITS)}")
         matched: list[dict[str, Any]] = []
@@ -189,8 +202,8 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
     @app.get("/api/runs/{name:path}/trajectory")
     def trajectory(name: str, split: str, step: int = Query(ge=0, le=MAX_INDEX),
                    line: int = Query(ge=0, le=MAX_INDEX)) -> dict[str, Any]:
-        folder = run_dir(name)
-        path = file_of(folder, split, step)
+        folder = _run_folder(runs_dir, name)
+        path = _file_of(folder, split, step)
         try:
             raw = index.line(path, line)
         except NotFound as error:
@@ -205,7 +218,7 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
     # After the routes above: a name may hold "/" (runs in sub-folders), `:path` takes any.
     @app.get("/api/runs/{name:path}")
     def run(name: str) -> dict[str, Any]:
-        folder = run_dir(name)
+        folder = _run_folder(runs_dir, name)
         rows, problems = metrics_rows(folder)
         try:
             config = load_yaml(folder / "config.yaml")
@@ -215,10 +228,9 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
                  for split, step, path in trajectory_files(folder)]
         return {"name": name, "config": config, "metrics": rows, "problems": problems, "files": files}
 
-    @app.get("/api/metrics")
-    def metric_names() -> dict[str, Any]:
-        """The metric names the page needs: the curve to show first, and what each key means."""
-        return {"preferred": list(metric.PREFERRED_CURVES), "described": metric.DOCS}
+
+def _add_play_routes(app: FastAPI, runs_dir: Path, playground: Playground) -> None:
+    """The playground's routes: environments, their tasks, and sessions played by hand or by a model."""
 
     @app.get("/api/envs")
     def envs() -> dict[str, Any]:
@@ -249,7 +261,7 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
     def model_step(request: ModelRequest, session: int = SESSION) -> dict[str, Any]:
         if (request.run is None) == (request.endpoint is None):
             raise HTTPException(422, "name either a run or a model endpoint")
-        folder = run_dir(request.run) if request.run is not None else None
+        folder = _run_folder(runs_dir, request.run) if request.run is not None else None
         try:
             return playground.model_step(session, folder, request.endpoint, request.model)
         except PlaygroundError as error:
@@ -259,5 +271,3 @@ def create_app(runs_dir: str | Path, allowed_hosts: Iterable[str] = LOOPBACK_HOS
     def close(session: int = SESSION) -> dict[str, Any]:
         playground.close(session)
         return {"closed": session}
-
-    return app
