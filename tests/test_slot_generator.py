@@ -250,3 +250,19 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
             "stream is capturing)"]
     else:
         assert graphed._graph is not None and fake.replays > 0 and not said
+
+
+def test_off_the_cpu_stops_are_checked_every_few_steps_and_steps_are_graphed():
+    """The GPU defaults, read on the CPU: a model whose weights live off the CPU (here on torch's
+    meta device) checks stops every `STOP_CHECK_EVERY` steps; a CUDA device wants graphs unless
+    told otherwise or a capture failed; the CPU never does."""
+    from agentgym_rl.agent.slot_generator import STOP_CHECK_EVERY
+
+    off_cpu = torch.nn.Linear(2, 2, device="meta")
+    generator = SlotGenerator(off_cpu, 0, [STOP], slots=2)
+    assert generator.stop_check_every == STOP_CHECK_EVERY > 1
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert generator._wants_graphs(cuda) and not generator._wants_graphs(cpu)
+    assert not SlotGenerator(off_cpu, 0, [STOP], slots=2, cuda_graphs=False)._wants_graphs(cuda)
+    generator._graphs_failed = True
+    assert not generator._wants_graphs(cuda)

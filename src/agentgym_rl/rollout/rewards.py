@@ -16,6 +16,7 @@ its episode, recorded with the reason (failures are data: the update leaves the 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ class EpisodeReward:
         `config.JudgeConfig` or its fields as a mapping, used when it has a url), with
         `env.reward_mode`; None when neither is set."""
         if judge is not None and not isinstance(judge, dict):
-            judge = {name: getattr(judge, name) for name in ("url", "model", "rubric", "cache")}
+            judge = dataclasses.asdict(judge)  # a config.JudgeConfig
         if judge and judge.get("url"):
             from .judge import LLMJudge
 

@@ -368,6 +368,12 @@ class Learner:
         self.rollout_model = copy.deepcopy(self.model, memo=dict(shared))
         return sum(p.numel() * p.element_size() for p in self.model.parameters() if p.requires_grad)
 
+    @property
+    def rollout_copy(self) -> bool:
+        """Whether rollouts sample from a copy of the learner's model that it could sample too
+        (played ahead, or in another dtype); a sharded learner's copy is the only whole model."""
+        return self.rollout_model is not self.model and not self.sharded
+
     def trainable_state(self) -> dict[str, torch.Tensor]:
         """A copy of the weights training changes, by parameter name (for `load_rollout_state`)."""
         return {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}

@@ -456,9 +456,8 @@ class RLTrainer(Trainer):
                      f"holds its own copy of the trainable weights ({added / 2**20:.1f} MB)")
         self.policy = self.session.policy(cfg.algo.temperature)
         # Validation samples the learner's current weights (the generator's may be older, or cast).
-        separate = self.learner.rollout_model is not self.learner.model and not self.learner.sharded
         self.val_policy = self.session.policy(cfg.eval.temperature, cfg.eval.listed_actions_only,
-                                              model=self.learner.model if separate else None)
+                                              model=self.learner.model if self.learner.rollout_copy else None)
         if cfg.rollout.workers:
             self.workers = self._start_workers()
         if self.rank > 0:  # the ranks loaded rank 0's random state; rollouts draw from per-episode streams,
@@ -646,8 +645,7 @@ class RLTrainer(Trainer):
         for policy in (self.policy, self.workers):
             if policy is not None:
                 policy.sync_weights(weights)
-        separate = self.learner.rollout_model is not self.learner.model and not self.learner.sharded
-        self.val_policy.sync_weights(self.learner.model if separate else weights)
+        self.val_policy.sync_weights(self.learner.model if self.learner.rollout_copy else weights)
 
     def _record_step(self, step: int, played: PlayedStep, update_metrics: dict[str, float], updated: float,
                      step_began: float, run: _Progress, bar: Any) -> None:
