@@ -24,6 +24,7 @@ from agentgym_rl.config import RLConfig, load_config, load_yaml
 from agentgym_rl.train.rl import RLTrainer
 from agentgym_rl.ui.app import create_app
 from agentgym_rl.ui.index import SUMMARY_FIELDS, TrajectoryIndex, _summary_parts, summarize_line
+from agentgym_rl.ui.tokens import TokenViews
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / "test-artifacts" / "ui"
@@ -138,6 +139,9 @@ def test_a_trajectory_comes_with_its_tokens_masks_and_logprobs(client, runs_dir)
     assert "".join(tokens["text"]) == tokenizer.decode(t["input_ids"])
     assert all((lp is not None) == bool(m) for lp, m in zip(tokens["logprob"], tokens["mask"]))
     assert all(lp <= 0 for lp in tokens["logprob"] if lp is not None)
+    assert tokens["window_starts"] == []  # one context window (rollout.keep_turns not set)
+    record = {**t, "window_starts": [3, "x", 5]}  # a cut episode's windows, one start not a number
+    assert TokenViews().view(runs_dir / "run", record)["window_starts"] == [3, 5]
     broken = client.get("/api/runs/run/trajectory", params={"split": "trajectories", "step": 1, "line": 2}).json()
     assert broken == {"malformed": broken["malformed"], "raw": "{not json"}
     missing = client.get("/api/runs/run/trajectory", params={"split": "trajectories", "step": 1, "line": 99})

@@ -280,6 +280,19 @@ class RolloutConfig:
     states the task) to this many tokens of the policy's tokenizer (characters ÷ 4 for a text
     policy), ending it with "[... N tokens cut]" (0: never cut). The model sees, and is trained
     on, the cut text: the episode stays one growing sequence, its token masks exact."""
+    keep_turns: NonNegative = 0
+    """Context management for long episodes: a model policy's prompt shows the opening (system
+    prompt, worked example, the first observation, which states the task) and only the last
+    this many turns (a reply and the observation after it); the first observation then ends with
+    "[N earlier turns are not shown]" (0: every turn is shown). Each cut starts a new context
+    window, and the episode is kept as its windows back to back (`Trajectory.window_starts`):
+    every reply is trained in the window it was written in, on exactly the tokens the model
+    saw, and windows never attend to each other (the learner's block-causal mask)."""
+    window_turns: NonNegative = 0
+    """With `keep_turns`: a window grows to this many earlier turns before it is cut back to
+    `keep_turns` (0: `keep_turns`, a cut every turn once there are that many). A window's
+    KV cache is continued turn by turn, so a wider one re-runs fewer tokens, and an episode has
+    fewer windows to train on."""
     dtype: Literal["model", "bfloat16"] = "model"
     """RL: the dtype an in-process generator samples in. "model": the learner's own weights.
     "bfloat16" with a float32 learner: a bfloat16 copy of the model, refreshed in place after
@@ -338,6 +351,13 @@ class RolloutConfig:
     workers_address: str = "ray:local"
     """The Ray instance of the workers: ray:local (started in this process), ray:auto (the
     cluster this machine joined) or ray://HOST:PORT, with ?cpus=N the CPUs each reserves (1)."""
+
+    def __post_init__(self) -> None:
+        if self.window_turns and not self.keep_turns:
+            raise ValueError("rollout.window_turns needs rollout.keep_turns (the turns a cut window keeps)")
+        if self.window_turns and self.window_turns < self.keep_turns:
+            raise ValueError(f"rollout.window_turns ({self.window_turns}) must be >= rollout.keep_turns "
+                             f"({self.keep_turns}): a window is cut back to keep_turns")
 
 
 @dataclass(config=SECTION)

@@ -35,7 +35,8 @@ from .rewards import EpisodeReward
 from .trajectory import Trajectory
 
 _JOURNALED = ("task", "group", "record", "done", "ids", "reply_start", "reply_ids", "state_key", "branches",
-              "attempt", "dropped", "sample", "stream", "reward_failed", "info")
+              "attempt", "dropped", "sample", "stream", "reward_failed", "info", "turn_starts", "opening",
+              "shown_from")
 """The `_Episode` fields a journal keeps (the environment goes as its snapshot); a journal of an
 earlier version may lack the last ones, which then take their defaults."""
 
@@ -70,6 +71,14 @@ class _Episode:
     reward_failed: bool = False
     """`env.reward` failed on the finished episode: its environment is sound, and playing the
     episode again would ask the same function about the same kind of episode (not retried)."""
+    turn_starts: list[int] = field(default_factory=list)
+    """Where each turn its context window shows begins in `ids` (its reply, reply prefix first):
+    where `rollout.keep_turns` cuts."""
+    opening: int = 0
+    """How many of `record.messages` every context window opens with (system prompt, worked
+    example, the first observation)."""
+    shown_from: int = 0
+    """The first turn the policy is shown after the opening (`rollout.keep_turns`; 0: all)."""
 
 
 class RolloutEngine:
@@ -190,6 +199,8 @@ class RolloutEngine:
                      "locate_wrong_tokens": self.config.locate_wrong_tokens,
                      "temperature": _temperature(policy),
                      "example": [self.config.example, self.config.example_turns] if self.config.example else None}
+        if self.config.keep_turns:  # only then: a journal written before these settings existed still matches
+            signature["context"] = [self.config.keep_turns, self.config.window_turns]
         saved = journal.load(signature) if journal is not None else None
         turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -334,7 +345,8 @@ class RolloutEngine:
             branch = _Episode(trunk.task, trunk.group, env=None, record=record,  # type: ignore[arg-type]
                               ids=list(trunk.ids), reply_start=trunk.reply_start,
                               reply_ids=list(trunk.reply_ids), state_key=trunk.state_key, sample=sample,
-                              stream=self._stream(trunk.task, sample))
+                              stream=self._stream(trunk.task, sample), turn_starts=list(trunk.turn_starts),
+                              opening=trunk.opening, shown_from=trunk.shown_from)
             try:
                 branch.env = self._take_env()
                 branch.env.restore(state)
@@ -371,6 +383,7 @@ class RolloutEngine:
             record.messages.append({"role": "system", "content": episode.env.instruction})
         record.messages += [dict(message) for message in self._example]
         record.messages.append({"role": "user", "content": observation})
+        episode.opening = len(record.messages)
         if policy.encoder is not None:  # a token policy: the episode is kept as token ids too
             episode.ids = policy.encoder.start(record.messages)
             record.input_ids = list(episode.ids)
@@ -442,9 +455,10 @@ class RolloutEngine:
         prefix = self._prefix
         streams = {} if self._sampling_seed is None else {"streams": [e.stream for e in active]}
         replies = policy.act([e.env for e in active], [e.ids + prefix for e in active], self.config.max_new_tokens,
-                             conversations=[e.record.messages for e in active], **streams)
+                             conversations=[self._shown_messages(e) for e in active], **streams)
         if policy.encoder is not None:
             for episode, reply in zip(active, replies):
+                episode.turn_starts.append(len(episode.ids))
                 if prefix:  # context the reply continues from, not trained: part of the reply's text
                     self._extend(episode, prefix, [0] * len(prefix), [0.0] * len(prefix))
                     reply.text = self.config.reply_prefix + reply.text
@@ -503,13 +517,58 @@ class RolloutEngine:
         if terminated or record.truncated:
             self._finish(episode)
             return
+        cut = self._cuts_context(episode)
         if policy.encoder is not None:
             delta = policy.encoder.user_delta(record.messages[:-1], observation)
-            if len(episode.ids) + len(delta) + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
+            window = self._window(episode, delta, policy) if cut else None
+            length = len(window) if window is not None else len(episode.ids) + len(delta)
+            if length + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
                 record.truncated = True
                 self._finish(episode)
                 return
-            self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
+            if window is None:
+                self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
+            else:
+                record.window_starts.append(len(record.input_ids))
+                episode.ids = []
+                self._extend(episode, window, [0] * len(window), [0.0] * len(window))
+
+    def _cuts_context(self, episode: _Episode) -> bool:
+        """Whether `rollout.keep_turns` cuts the episode's context before its next reply: its
+        window shows more than `window_turns` (or `keep_turns`) earlier turns; it then shows the
+        last `keep_turns` from now on (`episode.shown_from`)."""
+        keep = self.config.keep_turns
+        if not keep or episode.record.turns - episode.shown_from <= (self.config.window_turns or keep):
+            return False
+        episode.shown_from = episode.record.turns - keep
+        return True
+
+    def _opening(self, episode: _Episode) -> list[dict[str, Any]]:
+        """The messages a context window opens with; once turns are left out, the first
+        observation ends with a note of how many."""
+        opening = [dict(message) for message in episode.record.messages[:episode.opening]]
+        hidden = episode.shown_from
+        if hidden:
+            opening[-1]["content"] += f"\n\n[{hidden} earlier turn{'s' * (hidden != 1)} " \
+                                      f"{'are' if hidden != 1 else 'is'} not shown]"
+        return opening
+
+    def _shown_messages(self, episode: _Episode) -> list[dict[str, Any]]:
+        """The conversation a text policy (a chat API's model) is shown: the opening and the turns
+        from `shown_from` on (a turn is a reply and the observation after it)."""
+        if not episode.shown_from:
+            return episode.record.messages
+        return [*self._opening(episode), *episode.record.messages[episode.opening + 2 * episode.shown_from:]]
+
+    def _window(self, episode: _Episode, delta: list[int], policy: Policy) -> list[int]:
+        """The ids of the context window a cut starts: the opening encoded afresh (with its
+        note), the kept turns' ids exactly as the model saw them, then `delta` (the new
+        observation); `episode.turn_starts` moves into it."""
+        head = policy.encoder.start(self._opening(episode))
+        keep = self.config.keep_turns
+        kept_from = episode.turn_starts[-keep]
+        episode.turn_starts = [len(head) + start - kept_from for start in episode.turn_starts[-keep:]]
+        return head + episode.ids[kept_from:] + delta
 
     def _within_budget(self, observation: str, policy: Policy) -> str:
         """`observation` cut to `rollout.max_observation_tokens` of the policy's tokenizer

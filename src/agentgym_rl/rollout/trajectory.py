@@ -24,7 +24,9 @@ class Trajectory:
         messages: the conversation as the environment saw it ({"role", "content"} dicts):
             system (optional), then user observation / assistant reply turns, ending with
             the final observation.
-        input_ids: (T,) the whole conversation as token ids, exactly as sampled.
+        input_ids: (T,) the conversation as token ids, exactly as sampled: one growing
+            sequence, unless `rollout.keep_turns` cut the context, then each context window's
+            ids back to back (`window_starts`).
         loss_mask: (T,) 1 on tokens the model generated, 0 on prompt/environment tokens.
         logprobs: (T,) behaviour log-probabilities of generated tokens, 0 elsewhere.
         turn_rewards: one reward per environment step.
@@ -73,6 +75,11 @@ class Trajectory:
     turn_versions: list[int] = field(default_factory=list)
     """The policy version that wrote each turn's reply, when weights may change within an
     episode (`train.partial_rollouts`); empty otherwise."""
+    window_starts: list[int] = field(default_factory=list)
+    """Where in `input_ids` each context window after the first begins (`rollout.keep_turns`);
+    empty: the episode is one window. A window is what the model was shown, from its opening
+    (system prompt, the first observation) on: a reply is trained (loss mask 1) in the window
+    it was written in, and appears as context (0) in the later windows that keep it."""
 
     @property
     def reward(self) -> float:
@@ -94,6 +101,12 @@ class Trajectory:
                 spans.append((start, index))
                 start = None
         return spans
+
+    def windows(self) -> list[tuple[int, int]]:
+        """(start, end) in `input_ids` of each context window, in order (one for an episode
+        whose context was never cut; none without token ids)."""
+        bounds = [0, *self.window_starts, len(self.input_ids)]
+        return [(start, end) for start, end in zip(bounds, bounds[1:]) if end > start]
 
     def to_json(self) -> dict[str, Any]:
         record = asdict(self)

@@ -33,7 +33,8 @@ class TokenBatch:
             learner's rescoring replaced them in `old_logprobs` (truncated importance sampling).
         right_ids: (B, T, K) long: at a rejected reply's wrong token, the tokens that would have
             continued a listed action; -1 everywhere else (the right-token loss).
-        segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding).
+        segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding);
+            a row's context windows are documents too (`Trajectory.window_starts`).
         position_ids: (B, T) long, a packed batch's positions, restarting at every document.
         ref_sequence_logprobs: (B,) float, log π_ref(row) summed over the loss mask (DPO).
         row_weights: (B,) float, set by `Learner.update` on each micro-batch: what a term that
@@ -92,7 +93,9 @@ class TokenBatch:
 
 def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = False) -> TokenBatch:
     """Right-pad token records into a batch; with `right_tokens`, also `right_ids` from each
-    row's `wrong_tokens` and `right_tokens`."""
+    row's `wrong_tokens` and `right_tokens`. A batch holding an episode of several context
+    windows (`rollout.keep_turns`) gets `segment_ids` and `position_ids`, one document a window,
+    so that each reply is scored on the window it was written in."""
     if not trajectories:
         raise ValueError("cannot collate an empty list of trajectories")
     shape = (len(trajectories), max(len(t.input_ids) for t in trajectories))
@@ -106,6 +109,11 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
         batch.loss_mask[row, :n] = torch.tensor(t.loss_mask, dtype=torch.float)
         if t.logprobs:
             batch.old_logprobs[row, :n] = torch.tensor(t.logprobs, dtype=torch.float)
+    if any(t.window_starts for t in trajectories):
+        batch.segment_ids = torch.zeros(shape, dtype=torch.long)
+        batch.position_ids = torch.zeros(shape, dtype=torch.long)
+        for row, t in enumerate(trajectories):
+            mark_windows(batch, row, 0, t, first_segment=1)
     if right_tokens:
         most = max([len(ids) for t in trajectories for ids in t.right_tokens] + [1])
         batch.right_ids = torch.full((*shape, most), -1, dtype=torch.long)
@@ -113,6 +121,17 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
             for position, ids in zip(t.wrong_tokens, t.right_tokens):
                 batch.right_ids[row, position, :len(ids)] = torch.tensor(ids, dtype=torch.long)
     return batch
+
+
+def mark_windows(batch: TokenBatch, row: int, offset: int, trajectory: Trajectory, first_segment: int) -> int:
+    """Number `trajectory`'s context windows, placed at `offset` of `row`, as documents
+    `first_segment`, `first_segment` + 1, ... of `batch.segment_ids`, their positions restarting at
+    each; returns the next free document number."""
+    segment = first_segment
+    for segment, (start, end) in enumerate(trajectory.windows(), start=first_segment):
+        batch.segment_ids[row, offset + start:offset + end] = segment
+        batch.position_ids[row, offset + start:offset + end] = torch.arange(end - start)
+    return segment + 1
 
 
 def micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..rollout.trajectory import Trajectory
-from .batch import TokenBatch
+from .batch import TokenBatch, mark_windows
 
 
 def pack(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -58,7 +58,8 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
     Returns:
         input_ids (B, T) long, attention_mask (B, T) long (1 on real tokens), loss_mask (B, T)
         float, old_logprobs (B, T) float, segment_ids (B, T) long (1..D per row, 0 on
-        padding) and position_ids (B, T) long (restarting at 0 for every document).
+        padding) and position_ids (B, T) long (restarting at 0 for every document; each context
+        window of an episode `rollout.keep_turns` cut is a document of its own).
     """
     if not rows or not all(rows):
         raise ValueError("cannot collate an empty row")
@@ -70,8 +71,8 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
                        segment_ids=torch.zeros(shape, dtype=torch.long),
                        position_ids=torch.zeros(shape, dtype=torch.long))
     for r, row in enumerate(rows):
-        start = 0
-        for d, t in enumerate(row, start=1):
+        start, d = 0, 1
+        for t in row:
             n = len(t.input_ids)
             span = slice(start, start + n)
             batch.input_ids[r, span] = torch.tensor(t.input_ids, dtype=torch.long)
@@ -79,8 +80,7 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
             batch.loss_mask[r, span] = torch.tensor(t.loss_mask, dtype=torch.float)
             if t.logprobs:
                 batch.old_logprobs[r, span] = torch.tensor(t.logprobs, dtype=torch.float)
-            batch.segment_ids[r, span] = d
-            batch.position_ids[r, span] = torch.arange(n)
+            d = mark_windows(batch, r, start, t, first_segment=d)
             start += n
     return batch
 

@@ -41,8 +41,9 @@ class TokenViews:
             return self._tokenizers[run_dir]
 
     def view(self, run_dir: Path, record: dict[str, Any]) -> dict[str, Any]:
-        """{"text": [one string per id], "mask": [...], "logprob": [... or None]}, or a "note"
-        saying why there is none (no ids recorded, no tokenizer to read them)."""
+        """{"text": [one string per id], "mask": [...], "logprob": [... or None], "window_starts":
+        [...]} (where each context window after the first begins, `rollout.keep_turns`), or a
+        "note" saying why there is none (no ids recorded, no tokenizer to read them)."""
         ids = record.get("input_ids")
         if not isinstance(ids, list) or not ids:
             return {"note": "this trajectory has no token ids (an evaluation that kept only the text)"}
@@ -54,4 +55,6 @@ class TokenViews:
         # Recorded for generated tokens only (0 elsewhere); demonstrations have none.
         logprobs = ([lp if m else None for lp, m in zip(logprobs, mask)] if len(logprobs) == len(ids)
                     else [None] * len(ids))
-        return {"text": [tokenizer.decode([i]) for i in ids], "mask": mask, "logprob": logprobs}
+        starts = [start for start in record.get("window_starts") or [] if isinstance(start, int)]
+        return {"text": [tokenizer.decode([i]) for i in ids], "mask": mask, "logprob": logprobs,
+                "window_starts": starts}

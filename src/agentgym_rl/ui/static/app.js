@@ -312,7 +312,15 @@ function tokenView(tokens) {
     return box;
   }
   box.append(el("p", { class: "hint" }, "tokens: highlighted ones carry the loss (loss mask 1); hover for the logprob"));
+  // An episode whose context was cut (rollout.keep_turns) is its windows back to back: each one
+  // is what the model was shown, and a reply is trained in the window it was written in.
+  const starts = new Set(tokens.window_starts || []);
+  let window = 1;
   tokens.text.forEach((text, i) => {
+    if (starts.has(i)) {
+      window++;
+      box.append(el("div", { class: "window-start", "data-testid": "window-start" }, `context window ${window}`));
+    }
     const lp = tokens.logprob[i];
     box.append(el("span", {
       class: tokens.mask[i] ? "tok masked" : "tok",
