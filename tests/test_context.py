@@ -5,7 +5,9 @@
   shorter than without the budget.
 - `rollout.keep_turns` (and `window_turns`): the prompt shows the opening and the last turns
   only; the episode is kept as its context windows back to back, and each reply is scored by
-  the learner on exactly the window the model wrote it in."""
+  the learner on exactly the window the model wrote it in.
+- `rollout.summarize`: before each cut the policy summarizes its window, a reply trained where it
+  was written, and the summary stands in the next windows' opening for the turns left out."""
 
 from __future__ import annotations
 
@@ -61,8 +63,13 @@ def _trained_per_window(turns: int, keep: int, most: int) -> list[int]:
     return [*counts, current]
 
 
-@pytest.mark.parametrize("keep, window", [(1, 0), (2, 3)])
-def test_kept_turns_make_windows_that_hold_exactly_what_the_model_saw(model_dir, keep, window):
+def _note(hidden: int, summary: str | None = None) -> str:
+    said = f". Your summary of them: {summary.strip()}" if summary and summary.strip() else ""
+    return f"\n\n[{hidden} earlier turn{'s' * (hidden != 1)} {'are' if hidden != 1 else 'is'} not shown{said}]"
+
+
+@pytest.mark.parametrize("keep, window, summarize", [(1, 0, False), (2, 3, False), (1, 2, True)])
+def test_kept_turns_make_windows_that_hold_exactly_what_the_model_saw(model_dir, keep, window, summarize):
     """Greedy BabyAI episodes of 8 turns with the context cut: each window is the conversation
     the model was shown, encoded from the messages by hand (the first observation with a note of
     the turns not shown, then the kept turns as context, then the replies written in it, trained);
@@ -75,7 +82,8 @@ def test_kept_turns_make_windows_that_hold_exactly_what_the_model_saw(model_dir,
 
     model, tokenizer = load_model_and_tokenizer(model_dir)
     encoder = ChatEncoder(tokenizer)
-    rollout = RolloutConfig(max_new_tokens=8, keep_turns=keep, window_turns=window)
+    rollout = RolloutConfig(max_new_tokens=8, keep_turns=keep, window_turns=window, summarize=summarize,
+                            summary_tokens=6)
     _, played = evaluate("babyai", str(model_dir), split="test", episodes=3, max_turns=8, temperature=0.0,
                          progress=False, env_kwargs={"list_actions": True}, rollout=rollout)
     assert all(t.turns == 8 for t in played)  # long enough for several cuts
@@ -87,18 +95,25 @@ def test_kept_turns_make_windows_that_hold_exactly_what_the_model_saw(model_dir,
             shown_from = first - keep if number else 0
             opening = dict(messages[0])
             if number:
-                opening["content"] += f"\n\n[{shown_from} earlier turn{'s' * (shown_from != 1)} " \
-                                      f"{'are' if shown_from != 1 else 'is'} not shown]"
+                summary = trajectory.summaries[number - 1]["text"] if summarize else None
+                opening["content"] += _note(shown_from, summary)
             shown = [opening, *messages[1 + 2 * shown_from:2 + 2 * (first + count - 1)]]
             flags = [False] + [m["role"] == "assistant" and index >= 2 * (first - shown_from)
                                for index, m in enumerate(shown[1:], start=1)]
+            if summarize and number < len(trained) - 1:  # the window ends with its summary, trained
+                assert trajectory.summaries[number]["turns"] == first + count
+                shown += [{"role": "user", "content": rollout.summary_prompt},
+                          {"role": "assistant", "content": trajectory.summaries[number]["text"]}]
+                flags += [False, True]
+                count += 1  # a reply of its own
             ids, mask = encoder.encode_conversation(shown, flags)
             assert trajectory.input_ids[start:end] == ids
             # A reply cut at max_new_tokens gets its end-of-turn token as untrained context.
             assert all(have == want or (want and token == encoder.end_of_turn_id)
                        for have, want, token in zip(trajectory.loss_mask[start:end], mask, ids))
             assert sum(trajectory.loss_mask[start:end]) > sum(mask) - count - 1
-            first += count
+            first += count - (summarize and number < len(trained) - 1)
+    assert len(trajectory.summaries) == (len(trained) - 1 if summarize else 0)
     batch = collate(played, tokenizer.pad_token_id)
     scored = token_outputs(model, batch).logprobs
     on = batch.loss_mask > 0
@@ -142,22 +157,29 @@ def test_kept_turns_play_past_a_context_the_whole_conversation_would_overflow(mo
     assert max(end - start for t in kept for start, end in t.windows()) <= 1500
 
 
-def test_a_grpo_step_trains_on_windows_through_the_cli(tmp_path):
+def test_a_grpo_step_trains_on_windows_and_summaries_through_the_cli(tmp_path):
     import json
 
+    from test_cli import run
     from test_train_e2e import train
 
     from agentgym_rl.rollout.trajectory import load_trajectories
 
+    context = ["rollout.keep_turns=1", "rollout.summarize=true", "rollout.summary_tokens=4"]
     run_dir = train(tmp_path, "kept", "warmup.episodes=0", "train.steps=1", "schedule.horizons=[4]",
-                    "train.save_trajectories=true", "rollout.keep_turns=1", "env.kwargs.list_actions=true",
+                    "train.save_trajectories=true", *context, "env.kwargs.list_actions=true",
                     "algo.group_size=2", "env.reward=reward_fns:reply_chars")  # rewards that differ
     played = load_trajectories(run_dir / "trajectories" / "step_000001.jsonl")
     assert any(len(t.windows()) > 1 for t in played)
     assert all(len(t.windows()) == max(1, t.turns - 1) for t in played)  # a cut after every turn past the second
+    assert all(len(t.summaries) == len(t.windows()) - 1 for t in played)
+    assert all(len(t.replies()) == t.turns + len(t.summaries) for t in played)  # each summary trained
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     update = next(row for row in rows if "update/loss" in row)
     assert update["update/trajectories"] == len(played) and update["update/grad_norm"] > 0
+    refused = run("train", "configs/babyai_gigpo.yaml", *context, "--smoke")
+    assert refused.returncode == 2
+    assert "rollout.summarize trains each summary as a reply of its own, which algo.name: gigpo" in refused.stderr
 
 
 def test_a_text_policy_is_shown_the_opening_and_the_kept_turns():
@@ -190,3 +212,40 @@ def test_a_text_policy_is_shown_the_opening_and_the_kept_turns():
         note = "" if not hidden else f"\n\n[{hidden} earlier turns are not shown]"
         assert shown[0] == {**messages[0], "content": messages[0]["content"] + note}
         assert shown[1:] == messages[1 + 2 * hidden:1 + 2 * turn]
+
+
+def test_a_text_policys_summary_stands_in_for_the_turns_left_out():
+    """With `summarize`, keep 1 and window 2: after turns 3 and 5 the policy is asked for a
+    summary of the window it was shown, and the next windows open with it."""
+    from agentgym_rl.envs import registry
+    from agentgym_rl.rollout.engine import RolloutEngine
+    from agentgym_rl.rollout.policy import Reply, TextPolicy
+
+    config = RolloutConfig(keep_turns=1, window_turns=2, summarize=True, max_envs=1)
+
+    class Summarizing(TextPolicy):
+        def __init__(self):
+            self.shown = []
+
+        def act(self, envs, prompts, max_new_tokens, conversations=None, streams=None):
+            [conversation] = conversations
+            self.shown.append([dict(m) for m in conversation])
+            if conversation[-1]["content"] == config.summary_prompt:
+                return [Reply(f" summary {len(self.shown)} ")]
+            return super().act(envs, prompts, max_new_tokens, conversations, streams)
+
+        def reply(self, env):
+            return "Action: turn left"
+
+    policy = Summarizing()
+    with RolloutEngine(registry.env_factory("babyai"), config) as engine:
+        [played] = engine.run(registry.tasks("babyai", "test")[:1], policy, max_turns=7)
+    messages = played.messages
+    assert played.turns == 7 and played.window_starts == []  # a text policy's episode has no token ids
+    assert played.summaries == [{"turns": 3, "text": " summary 4 "}, {"turns": 5, "text": " summary 7 "}]
+    first = messages[0]["content"]
+    request = {"role": "user", "content": config.summary_prompt}
+    assert policy.shown[3] == [*messages[:6], request]  # asked with the window it was shown
+    assert policy.shown[4] == [{**messages[0], "content": first + _note(2, "summary 4")}, *messages[5:7]]
+    assert policy.shown[6] == [{**messages[0], "content": first + _note(2, "summary 4")}, *messages[5:10], request]
+    assert policy.shown[7] == [{**messages[0], "content": first + _note(4, "summary 7")}, *messages[9:11]]

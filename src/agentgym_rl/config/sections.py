@@ -293,6 +293,21 @@ class RolloutConfig:
     `keep_turns` (0: `keep_turns`, a cut every turn once there are that many). A window's
     KV cache is continued turn by turn, so a wider one re-runs fewer tokens, and an episode has
     fewer windows to train on."""
+    summarize: bool = False
+    """With `keep_turns`: before a cut, ask the policy (`summary_prompt`, as a user message after
+    the window's last turn) to summarize the window; the summary then stands in the next
+    windows' opening for the turns left out ("[N earlier turns are not shown. Your summary of
+    them: ...]"), and each summary summarizes the one before with the turns after it. A model's
+    summary is trained as a reply of its own (loss mask 1, in the window it was written in), so
+    RL credits it with the episode's outcome; `Trajectory.summaries` keeps the texts. Not with
+    credit indexed by turn (GiGPO, `algo.invalid_turn_penalty`, `algo.idle_turn_penalty`), which
+    would count a summary as a turn."""
+    summary_tokens: Positive = 96
+    """Token limit of one summary."""
+    summary_prompt: str = ("Before you go on, summarize this episode so far in a few sentences: your task, what you "
+                           "did, and what you learnt about where things are. Earlier turns will be hidden and only "
+                           "your summary kept.")
+    """What asks for a summary (`summarize`)."""
     dtype: Literal["model", "bfloat16"] = "model"
     """RL: the dtype an in-process generator samples in. "model": the learner's own weights.
     "bfloat16" with a float32 learner: a bfloat16 copy of the model, refreshed in place after
@@ -353,6 +368,9 @@ class RolloutConfig:
     cluster this machine joined) or ray://HOST:PORT, with ?cpus=N the CPUs each reserves (1)."""
 
     def __post_init__(self) -> None:
+        if self.summarize and not self.keep_turns:
+            raise ValueError("rollout.summarize needs rollout.keep_turns (a summary stands in for the turns a cut "
+                             "leaves out)")
         if self.window_turns and not self.keep_turns:
             raise ValueError("rollout.window_turns needs rollout.keep_turns (the turns a cut window keeps)")
         if self.window_turns and self.window_turns < self.keep_turns:

@@ -36,7 +36,7 @@ from .trajectory import Trajectory
 
 _JOURNALED = ("task", "group", "record", "done", "ids", "reply_start", "reply_ids", "state_key", "branches",
               "attempt", "dropped", "sample", "stream", "reward_failed", "info", "turn_starts", "opening",
-              "shown_from")
+              "shown_from", "summary")
 """The `_Episode` fields a journal keeps (the environment goes as its snapshot); a journal of an
 earlier version may lack the last ones, which then take their defaults."""
 
@@ -79,6 +79,11 @@ class _Episode:
     example, the first observation)."""
     shown_from: int = 0
     """The first turn the policy is shown after the opening (`rollout.keep_turns`; 0: all)."""
+    summary: str = ""
+    """The policy's last summary of the turns it is no longer shown (`rollout.summarize`)."""
+    awaiting_summary: list[int] | None = None
+    """A cut is due and waits for the episode's summary: the new observation's ids (empty for
+    a text policy), which open the next window after it."""
 
 
 class RolloutEngine:
@@ -200,7 +205,11 @@ class RolloutEngine:
                      "temperature": _temperature(policy),
                      "example": [self.config.example, self.config.example_turns] if self.config.example else None}
         if self.config.keep_turns:  # only then: a journal written before these settings existed still matches
-            signature["context"] = [self.config.keep_turns, self.config.window_turns]
+            signature["context"] = [self.config.keep_turns, self.config.window_turns, self.config.summarize,
+                                    self.config.summary_tokens, self.config.summary_prompt]
+        if self.config.summarize and getattr(policy, "listed_actions_only", False):
+            raise UserError("rollout.summarize asks for summaries, which replies restricted to the listed actions "
+                            "cannot be; use one of them")
         saved = journal.load(signature) if journal is not None else None
         turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -233,6 +242,7 @@ class RolloutEngine:
                         episode.version = version
                 replies = self._act(active, policy)
                 list(pool.map(lambda pair: self._step(*pair, policy, max_turns), zip(active, replies)))
+                self._summarize([e for e in active if e.awaiting_summary is not None and not e.done], policy)
                 self._retry_failed(active, jobs)
                 self._report([e for e in active if not e.dropped], progress)
                 # Trunks at the fork branch now; one that ended sooner leaves its samples to
@@ -346,7 +356,7 @@ class RolloutEngine:
                               ids=list(trunk.ids), reply_start=trunk.reply_start,
                               reply_ids=list(trunk.reply_ids), state_key=trunk.state_key, sample=sample,
                               stream=self._stream(trunk.task, sample), turn_starts=list(trunk.turn_starts),
-                              opening=trunk.opening, shown_from=trunk.shown_from)
+                              opening=trunk.opening, shown_from=trunk.shown_from, summary=trunk.summary)
             try:
                 branch.env = self._take_env()
                 branch.env.restore(state)
@@ -517,40 +527,97 @@ class RolloutEngine:
         if terminated or record.truncated:
             self._finish(episode)
             return
-        cut = self._cuts_context(episode)
+        delta = policy.encoder.user_delta(record.messages[:-1], observation) if policy.encoder is not None else []
+        if self._cut_due(episode):
+            if self.config.summarize:
+                episode.awaiting_summary = delta  # the round's summaries are asked for together
+            else:
+                self._open_window(episode, delta, policy)
+            return
         if policy.encoder is not None:
-            delta = policy.encoder.user_delta(record.messages[:-1], observation)
-            window = self._window(episode, delta, policy) if cut else None
-            length = len(window) if window is not None else len(episode.ids) + len(delta)
-            if length + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
+            if len(episode.ids) + len(delta) + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
                 record.truncated = True
                 self._finish(episode)
                 return
-            if window is None:
-                self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
-            else:
-                record.window_starts.append(len(record.input_ids))
-                episode.ids = []
-                self._extend(episode, window, [0] * len(window), [0.0] * len(window))
+            self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
 
-    def _cuts_context(self, episode: _Episode) -> bool:
+    def _cut_due(self, episode: _Episode) -> bool:
         """Whether `rollout.keep_turns` cuts the episode's context before its next reply: its
-        window shows more than `window_turns` (or `keep_turns`) earlier turns; it then shows the
-        last `keep_turns` from now on (`episode.shown_from`)."""
+        window would show more than `window_turns` (or `keep_turns`) earlier turns."""
         keep = self.config.keep_turns
-        if not keep or episode.record.turns - episode.shown_from <= (self.config.window_turns or keep):
-            return False
-        episode.shown_from = episode.record.turns - keep
-        return True
+        return bool(keep) and episode.record.turns - episode.shown_from > (self.config.window_turns or keep)
+
+    def _open_window(self, episode: _Episode, delta: list[int], policy: Policy, turns_end: int | None = None) -> None:
+        """Cut the episode's context: from now on the policy is shown the opening and the last
+        `keep_turns` turns. A token policy's episode gets a new context window: the opening
+        encoded afresh (with its note), the kept turns' ids exactly as the model saw them, then
+        `delta` (the new observation); truncated when that would not leave room for a reply.
+        `turns_end`: where the last turn ends in the current window's ids (a summary follows it)."""
+        record, keep = episode.record, self.config.keep_turns
+        episode.shown_from = record.turns - keep
+        if policy.encoder is None:
+            return
+        head = policy.encoder.start(self._opening(episode))
+        kept_from = episode.turn_starts[-keep]
+        window = head + episode.ids[kept_from:turns_end] + delta
+        if len(window) + len(self._prefix) + self.config.max_new_tokens > self.config.max_context:
+            record.truncated = True
+            self._finish(episode)
+            return
+        episode.turn_starts = [len(head) + start - kept_from for start in episode.turn_starts[-keep:]]
+        record.window_starts.append(len(record.input_ids))
+        episode.ids = []
+        self._extend(episode, window, [0] * len(window), [0.0] * len(window))
+
+    def _summarize(self, episodes: list[_Episode], policy: Policy) -> None:
+        """Ask each episode whose cut is due for its summary (`rollout.summarize`), in one
+        batch: the request as a user message after the window's last turn, the summary as a
+        reply (a model's ids trained, in this window), then the cut. An episode whose window
+        has no room left for the request and the summary is truncated."""
+        request = self.config.summary_prompt
+        asked, prompts = [], []
+        for episode in episodes:
+            delta = []
+            if policy.encoder is not None:
+                delta = policy.encoder.user_delta(episode.record.messages[:-1], request)
+                if len(episode.ids) + len(delta) + self.config.summary_tokens > self.config.max_context:
+                    episode.record.truncated = True
+                    self._finish(episode)
+                    continue
+            asked.append((episode, delta))
+            prompts.append(episode.ids + delta)
+        if not asked:
+            return
+        streams = {} if self._sampling_seed is None else {"streams": [e.stream for e, _ in asked]}
+        summaries = policy.act([e.env for e, _ in asked], prompts, self.config.summary_tokens,
+                               # Asked after the window's last reply, as a model is (the new observation follows the cut).
+                               conversations=[[*self._shown_messages(e)[:-1], {"role": "user", "content": request}]
+                                              for e, _ in asked], **streams)
+        for (episode, delta), summary in zip(asked, summaries):
+            if summary.error is not None:
+                episode.record.error = summary.error
+                self._finish(episode)
+                continue
+            turns_end = len(episode.ids)
+            if policy.encoder is not None:
+                ids = list(summary.ids) + ([] if summary.finished else [policy.encoder.end_of_turn_id])
+                self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
+                self._extend(episode, ids, [1] * len(summary.ids) + [0] * (len(ids) - len(summary.ids)),
+                             list(summary.logprobs) + [0.0] * (len(ids) - len(summary.ids)))
+            episode.summary = summary.text.strip()
+            episode.record.summaries.append({"turns": episode.record.turns, "text": summary.text})
+            observation, episode.awaiting_summary = episode.awaiting_summary, None
+            self._open_window(episode, observation, policy, turns_end)
 
     def _opening(self, episode: _Episode) -> list[dict[str, Any]]:
         """The messages a context window opens with; once turns are left out, the first
-        observation ends with a note of how many."""
+        observation ends with a note of how many, and the policy's summary of them."""
         opening = [dict(message) for message in episode.record.messages[:episode.opening]]
         hidden = episode.shown_from
         if hidden:
+            said = f". Your summary of them: {episode.summary}" if episode.summary else ""
             opening[-1]["content"] += f"\n\n[{hidden} earlier turn{'s' * (hidden != 1)} " \
-                                      f"{'are' if hidden != 1 else 'is'} not shown]"
+                                      f"{'are' if hidden != 1 else 'is'} not shown{said}]"
         return opening
 
     def _shown_messages(self, episode: _Episode) -> list[dict[str, Any]]:
@@ -559,16 +626,6 @@ class RolloutEngine:
         if not episode.shown_from:
             return episode.record.messages
         return [*self._opening(episode), *episode.record.messages[episode.opening + 2 * episode.shown_from:]]
-
-    def _window(self, episode: _Episode, delta: list[int], policy: Policy) -> list[int]:
-        """The ids of the context window a cut starts: the opening encoded afresh (with its
-        note), the kept turns' ids exactly as the model saw them, then `delta` (the new
-        observation); `episode.turn_starts` moves into it."""
-        head = policy.encoder.start(self._opening(episode))
-        keep = self.config.keep_turns
-        kept_from = episode.turn_starts[-keep]
-        episode.turn_starts = [len(head) + start - kept_from for start in episode.turn_starts[-keep:]]
-        return head + episode.ids[kept_from:] + delta
 
     def _within_budget(self, observation: str, policy: Policy) -> str:
         """`observation` cut to `rollout.max_observation_tokens` of the policy's tokenizer

@@ -80,6 +80,10 @@ class Trajectory:
     empty: the episode is one window. A window is what the model was shown, from its opening
     (system prompt, the first observation) on: a reply is trained (loss mask 1) in the window
     it was written in, and appears as context (0) in the later windows that keep it."""
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    """`rollout.summarize`: each summary the policy wrote, {"turns": the turns played when it was
+    asked, "text": it}; a model's summary ids are in `input_ids` at the end of the window it was
+    written in, trained (loss mask 1) like a reply."""
 
     @property
     def reward(self) -> float:
@@ -91,8 +95,8 @@ class Trajectory:
         return len(self.turn_rewards)
 
     def replies(self) -> list[tuple[int, int]]:
-        """(start, end) in `input_ids` of each reply the model generated: the runs of 1s in the
-        loss mask, in order."""
+        """(start, end) in `input_ids` of each reply the model generated (a summary too,
+        `rollout.summarize`): the runs of 1s in the loss mask, in order."""
         spans, start = [], None
         for index, trained in enumerate([*self.loss_mask, 0]):
             if trained and start is None:

@@ -337,6 +337,15 @@ class RLTrainer(Trainer):
                                                  horizon=config.algo.kl_horizon if adaptive else None)
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
+        if config.rollout.summarize:
+            estimator_inputs = set(advantage_inputs(self.algorithm.advantage)[1])
+            turn_indexed = {f"algo.name: {config.algo.name}": bool({"state_ids", "turn_rewards"} & estimator_inputs),
+                            "algo.invalid_turn_penalty": self.algorithm.invalid_turn_penalty is not None,
+                            "algo.idle_turn_penalty": self.algorithm.idle_turn_penalty is not None}
+            counted = next((name for name, on in turn_indexed.items() if on), None)
+            if counted:
+                raise UserError(f"rollout.summarize trains each summary as a reply of its own, which {counted} "
+                                "would count as a turn: drop one of the two")
         stateless = registry.stateless(config.env.id, config.env.kwargs) \
             if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] else []
         if stateless:
