@@ -224,6 +224,8 @@ def test_a_text_policys_summary_stands_in_for_the_turns_left_out():
     config = RolloutConfig(keep_turns=1, window_turns=2, summarize=True, max_envs=1)
 
     class Summarizing(TextPolicy):
+        writes_summaries = True  # it reads the conversation, as a chat API's model does
+
         def __init__(self):
             self.shown = []
 
@@ -249,3 +251,11 @@ def test_a_text_policys_summary_stands_in_for_the_turns_left_out():
     assert policy.shown[4] == [{**messages[0], "content": first + _note(2, "summary 4")}, *messages[5:7]]
     assert policy.shown[6] == [{**messages[0], "content": first + _note(2, "summary 4")}, *messages[5:10], request]
     assert policy.shown[7] == [{**messages[0], "content": first + _note(4, "summary 7")}, *messages[9:11]]
+
+    class Turning(TextPolicy):  # reads the environment, not the conversation, as an expert does
+        def reply(self, env):
+            return "Action: turn left"
+
+    with RolloutEngine(registry.env_factory("babyai"), config) as engine:
+        [scripted] = engine.run(registry.tasks("babyai", "test")[:1], Turning(), max_turns=7)
+    assert scripted.turns == 7 and scripted.summaries == []

@@ -529,7 +529,7 @@ class RolloutEngine:
             return
         delta = policy.encoder.user_delta(record.messages[:-1], observation) if policy.encoder is not None else []
         if self._cut_due(episode):
-            if self.config.summarize:
+            if self.config.summarize and getattr(policy, "writes_summaries", True):
                 episode.awaiting_summary = delta  # the round's summaries are asked for together
             else:
                 self._open_window(episode, delta, policy)

@@ -52,8 +52,10 @@ class Policy(Protocol):
         encoder: the chat encoder of a token policy (the engine encodes conversations with it),
             None for a text policy.
 
-    A policy may also define, optional: `max_batch`, the most episodes worth playing at once, and
-    `cache_bytes_per_token`, the memory each token of an episode in flight holds (its KV cache).
+    A policy may also define, optional: `max_batch`, the most episodes worth playing at once,
+    `cache_bytes_per_token`, the memory each token of an episode in flight holds (its KV cache),
+    and `writes_summaries` (default True): False for one that never reads the conversation, which
+    `rollout.summarize` then does not ask for a summary.
     """
 
     encoder: ChatEncoder | None
@@ -134,6 +136,9 @@ class TextPolicy(ABC):
     implements `reply(env)`."""
 
     encoder: ChatEncoder | None = None
+    writes_summaries = False
+    """It replies from the environment, not the conversation, so it is never asked for a
+    summary (`rollout.summarize`): its windows are cut without one."""
 
     def reset(self) -> None:
         pass
