@@ -177,6 +177,9 @@ def test_a_grpo_step_trains_on_windows_and_summaries_through_the_cli(tmp_path):
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     update = next(row for row in rows if "update/loss" in row)
     assert update["update/trajectories"] == len(played) and update["update/grad_norm"] > 0
+    assert update["rollout/windows_mean"] == sum(len(t.windows()) for t in played) / len(played)
+    assert update["rollout/longest_window"] == max(end - start for t in played for start, end in t.windows())
+    assert update["rollout/summaries"] == sum(len(t.summaries) for t in played) > 0
     refused = run("train", "configs/babyai_gigpo.yaml", *context, "--smoke")
     assert refused.returncode == 2
     assert "rollout.summarize trains each summary as a reply of its own, which algo.name: gigpo" in refused.stderr

@@ -48,6 +48,9 @@ ROLLOUT_RETRIED_EPISODES = "rollout/retried_episodes"
 ROLLOUT_JOURNAL_MB = "rollout/journal_mb"
 ROLLOUT_RESUMED_EPISODES = "rollout/resumed_episodes"
 ROLLOUT_REREAD_EPISODES = "rollout/reread_episodes"
+ROLLOUT_WINDOWS_MEAN = "rollout/windows_mean"
+ROLLOUT_LONGEST_WINDOW = "rollout/longest_window"
+ROLLOUT_SUMMARIES = "rollout/summaries"
 ENV_SERVER_RESTARTS = "env/server_restarts"
 ASYNC_STALENESS = "async/staleness"
 ASYNC_TURN_STALENESS_MEAN = "async/turn_staleness_mean"
@@ -162,6 +165,9 @@ DOCS = {
     ROLLOUT_JOURNAL_MB: "size of the step's in-flight journal",
     ROLLOUT_RESUMED_EPISODES: "unfinished episodes continued from the journal on resume",
     ROLLOUT_REREAD_EPISODES: "finished episodes read back from the journal on resume",
+    ROLLOUT_WINDOWS_MEAN: "rollout.keep_turns: context windows an episode, on average (1: never cut)",
+    ROLLOUT_LONGEST_WINDOW: "rollout.keep_turns: tokens of the step's longest context window (the most a prompt held)",
+    ROLLOUT_SUMMARIES: "rollout.summarize: summaries the policy wrote in the step",
     ENV_SERVER_RESTARTS: "environment servers the run restarted so far",
     ASYNC_STALENESS: "updates between the weights that played the step and those it trains",
     ASYNC_TURN_STALENESS_MEAN: "partial rollouts: updates between the weights that wrote a turn and those it trains, "

@@ -304,6 +304,17 @@ def advantage_fields(rows: list[Trajectory], mask: torch.Tensor, values: torch.T
     return fields
 
 
+def context_metrics(trajectories: list[Trajectory], summarize: bool) -> dict[str, float]:
+    """What `rollout.keep_turns` did to a step's episodes: their context windows, the longest
+    one's tokens, and with `summarize` the summaries written."""
+    windows = [end - start for t in trajectories for start, end in t.windows()]
+    metrics = {metric.ROLLOUT_WINDOWS_MEAN: len(windows) / max(len(trajectories), 1),
+               metric.ROLLOUT_LONGEST_WINDOW: max(windows, default=0)}
+    if summarize:
+        metrics[metric.ROLLOUT_SUMMARIES] = sum(len(t.summaries) for t in trajectories)
+    return metrics
+
+
 @dataclasses.dataclass
 class _Progress:
     """What `RLTrainer.fit` keeps from step to step."""
@@ -827,6 +838,8 @@ class RLTrainer(Trainer):
                             metric.ROLLOUT_RESUMED_EPISODES: self.engine.resumed - resumed,
                             # finished before the stop: read back, so this step's rollout time is not a rollout's
                             metric.ROLLOUT_REREAD_EPISODES: self.engine.reread - reread})
+        if self.config.rollout.keep_turns:
+            metrics.update(context_metrics(trajectories, self.config.rollout.summarize))
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, metric.SAMPLING_REFILL_ROUNDS: rounds,
