@@ -11,7 +11,7 @@ rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
                                 [--reps 3] [--attention grouped sdpa] [--generator hf slots graphs]
-                                [--dtype float32] [--profile] [--check-graphs]
+                                [--dtype float32] [--slot-len 8192] [--profile] [--check-graphs]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -30,7 +30,9 @@ transformers' own, which copies the grouped key/value heads under a mask (what a
 (`HFGenerator`), `slots` (`SlotGenerator`, each row in a slot of its own, eager; the forward
 column is the same model step either way) and `graphs` (`SlotGenerator` replaying each decoding
 step as a captured CUDA graph; eager on the CPU). `--check-graphs` first compares `graphs` with
-`slots` on the same prompts (ids equal, logprobs within `GRAPH_LOGPROB_TOL`).
+`slots` on the same prompts (ids equal, logprobs within `GRAPH_LOGPROB_TOL`). `--slot-len` gives
+the slots `rollout.max_context` tokens, as the backend does (attention then reads the context
+bucket the prompts need, `slot_generator.context_width`), instead of just what they need.
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -142,7 +144,7 @@ def generator_for(model, temperature: float, attention: str = "grouped", kind: s
 def measure(model, rows: int, context: int, attention: str, kind: str, args, device: torch.device
             ) -> dict[str, float]:
     prompts = prompts_for(rows, context, args.group, args.shared, seed=rows * 100_003 + context)
-    max_len = max(map(len, prompts)) + 2 * args.new_tokens + args.observation
+    max_len = args.slot_len or max(map(len, prompts)) + 2 * args.new_tokens + args.observation
     streams = list(range(1, rows + 1))
     n = args.new_tokens
     result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn")}
@@ -182,7 +184,7 @@ def check_graphs(model, rows: int, context: int, args) -> None:
         a, b = (g.generate(prompts, args.new_tokens, **kw) for g in (eager, graphed))
         same_ids = [x.ids for x in a] == [y.ids for y in b]
         gap = max((abs(p - q) for x, y in zip(a, b) for p, q in zip(x.logprobs, y.logprobs)), default=0.0)
-        used = graphed._graph is not None
+        used = bool(graphed._graphs)
         print(f"# graphs against eager, temperature {temperature}: ids {'equal' if same_ids else 'DIFFER'}, "
               f"largest logprob gap {gap:.2e} (tolerance {GRAPH_LOGPROB_TOL:g}), graph {'replayed' if used else 'NOT captured'}",
               flush=True)
@@ -230,6 +232,8 @@ def main() -> None:
     parser.add_argument("--check-graphs", action="store_true",
                         help="first compare the slot generator's replies with CUDA graphs and without (exit 5 if they differ)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--slot-len", type=int, default=0,
+                        help="tokens a slot holds (the backend gives rollout.max_context; 0: just what the prompts need)")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
     if args.new_tokens < 2:

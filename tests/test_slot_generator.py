@@ -184,7 +184,7 @@ def test_idle_decoding_steps_leave_every_slot_as_it_was(model, tiny_tokenizer):
     assert idled._cache.lengths.tolist() == lengths
     second = [p + g.ids + [STOP, 61] for p, g in zip(first, replies[0])]
     assert _replies(plain.generate(second, 6, streams=[1, 2])) == _replies(idled.generate(second, 6, streams=[1, 2]))
-    assert idled._graph is None
+    assert idled._graphs == {}
 
 
 class _FakeCuda:
@@ -215,8 +215,10 @@ class _FakeCuda:
             raise RuntimeError("operation not permitted when stream is capturing")
         yield  # the captured step runs here once, every row idle
         captured = dataclasses.replace(self.generator._state)  # the tensors, not their values
+        width = self.generator._cache.width  # a real graph's shapes are its context bucket's
 
         def replay():
+            assert self.generator._cache.width == width, "a graph replayed at another context bucket"
             self.replays += 1
             self.generator._decode_step(captured)
 
@@ -229,8 +231,8 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
     over the decode state gives the eager replies over two turns and calls of other lengths; a
     step that cannot be captured leaves decoding eager, with one warning."""
     pad = tiny_tokenizer.pad_token_id
-    eager = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=96)
-    graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=96, cuda_graphs=True)
+    eager = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=160)
+    graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=160, cuda_graphs=True)
     fake = _FakeCuda(graphed, fail)
     monkeypatch.setattr(graphed, "_wants_graphs", lambda device: not graphed._graphs_failed)
     for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
@@ -238,18 +240,19 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
     prompts = [[20, 21, 22, 23], [30, 31]]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        for new_tokens in (6, 9, 4):
+        for new_tokens, observation in ((6, [61]), (9, [62] * 50), (4, [63])):  # the third call: a wider bucket
             expected = eager.generate(prompts, new_tokens, streams=[1, 2])
             assert _replies(graphed.generate(prompts, new_tokens, streams=[1, 2])) == _replies(expected)
-            prompts = [p + g.ids + [STOP, 61] for p, g in zip(prompts, expected)]
+            prompts = [p + g.ids + [STOP, *observation] for p, g in zip(prompts, expected)]
     assert graphed.reused_columns == eager.reused_columns > 0
+    assert sorted(graphed._graphs) == ([] if fail else [64, 128])
     if fail:
-        assert graphed._graph is None and fake.replays == 0
+        assert graphed._graphs == {} and fake.replays == 0
         assert [str(w.message) for w in said if "CUDA graph" in str(w.message)] == [
             "decoding steps could not be captured as a CUDA graph; decoding eagerly (operation not permitted when "
             "stream is capturing)"]
     else:
-        assert graphed._graph is not None and fake.replays > 0 and not said
+        assert graphed._graphs and fake.replays > 0 and not said
 
 
 def test_off_the_cpu_stops_are_checked_every_few_steps_and_steps_are_graphed():
@@ -266,3 +269,29 @@ def test_off_the_cpu_stops_are_checked_every_few_steps_and_steps_are_graphed():
     assert not SlotGenerator(off_cpu, 0, [STOP], slots=2, cuda_graphs=False)._wants_graphs(cuda)
     generator._graphs_failed = True
     assert not generator._wants_graphs(cuda)
+
+
+def test_the_context_bucket_by_hand():
+    from agentgym_rl.agent.slot_generator import context_width
+
+    assert [context_width(columns, 4096) for columns in (1, 64, 65, 1000, 4096, 5000)] == [64, 64, 128, 1024, 4096, 4096]
+    assert context_width(13, 48) == 48  # never past the slots
+
+
+def test_a_slot_past_a_calls_context_bucket_is_left_as_it_was(model, tiny_tokenizer):
+    """A long conversation's slot sits idle through a call of short prompts, whose attention
+    reads 64 columns of 256; continued after it, its reply is the one a fresh prefill of the whole
+    conversation gives (HFGenerator's, same stream), from its cache."""
+    pad = tiny_tokenizer.pad_token_id
+    slots = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=256)
+    long = [20 + i % 50 for i in range(150)]
+    [first] = slots.generate([long], 8, streams=[1])
+    assert slots._cache.width == 256  # 150 + 8 - 1 columns: the 256 bucket
+    slots.generate([[30, 31], [40, 41, 42]], 8, streams=[2, 3])
+    assert slots._cache.width == 64
+    after = long + first.ids + [STOP, 61, 62]
+    reused = slots.reused_columns
+    [mine] = slots.generate([after], 8, streams=[1])
+    assert slots.reused_columns - reused == len(long) + len(first.ids) - 1  # continued from its slot
+    [theirs] = HFGenerator(model, pad, [STOP], 1.0, reuse_cache=False, threads=1).generate([after], 8, streams=[1])
+    assert mine.ids == theirs.ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)

@@ -23,6 +23,18 @@ STOP_CHECK_EVERY = 8
 """Decoding steps between two stop checks on a GPU: at most 7 steps run after the last row
 stopped, against a device sync every step."""
 
+SMALLEST_WIDTH = 64
+"""The narrowest context bucket: attention reads a power of two of columns, at least this many."""
+
+
+def context_width(columns: int, max_len: int) -> int:
+    """The context bucket of a call whose rows write up to `columns` columns: the next power of
+    two (at least `SMALLEST_WIDTH`), at most `max_len`. Few distinct widths, so few graphs."""
+    width = SMALLEST_WIDTH
+    while width < columns:
+        width *= 2
+    return min(width, max_len)
+
 
 @dataclass
 class _DecodeState:
@@ -87,6 +99,10 @@ class SlotGenerator:
             queue without waiting for the host). Rows that stopped only idle in between.
         cuda_graphs: replay each decoding step as a captured CUDA graph (None: on a CUDA device;
             the CPU always decodes eagerly, through the same step).
+
+    Attention reads a context bucket of each slot (`SlotCache.width`, `context_width`): the
+    columns a call's rows will hold, rounded up to a power of two, so a step's cost follows the
+    conversations' length, not `max_len`. A graph is captured once per bucket.
     """
 
     restricts_replies = False
@@ -105,7 +121,8 @@ class SlotGenerator:
         """Times the host read whether any row still replies (each a device sync off the CPU)."""
         self.cuda_graphs = cuda_graphs
         self._state: _DecodeState | None = None
-        self._graph: Any = None
+        self._graphs: dict[int, Any] = {}
+        """One captured decoding step per context bucket (its width)."""
         self._graphs_failed = False
         self._cache: SlotCache | None = None
         self._held: list[list[int]] = [[] for _ in range(slots)]
@@ -175,6 +192,8 @@ class SlotGenerator:
             self._cache = SlotCache(self.model.config.num_hidden_layers, self.slots, self.max_len, device)
         cache = self._cache
         rows = self._assign(prompts)
+        # The last sampled token is never fed, so a row writes len(prompt) + max_new_tokens - 1 columns.
+        cache.width = context_width(max(map(len, prompts)) + max_new_tokens - 1, self.max_len)
         cached = cache.lengths.tolist()
         suffixes = [prompt[cached[row]:] for prompt, row in zip(prompts, rows)]
         # A prompt that starts afresh as another does (a group's samples) is run once: its rows
@@ -231,8 +250,8 @@ class SlotGenerator:
                 or state.logits.shape[-1] != logits.shape[-1]):
             state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
                                                      self.stop_ids, device)
-            self._graph = None  # a graph replays the tensors it was captured over
-        if self._graph is None and self._wants_graphs(device):
+            self._graphs = {}  # a graph replays the tensors it was captured over
+        if self._cache.width not in self._graphs and self._wants_graphs(device):
             self._capture(state)
         state.logits.zero_()
         state.logits[index] = logits[sources]
@@ -253,10 +272,11 @@ class SlotGenerator:
         return self.cuda_graphs is not False and device.type == "cuda" and not self._graphs_failed
 
     def _capture(self, state: "_DecodeState") -> None:
-        """Capture one decoding step over `state`'s tensors as a CUDA graph (torch.cuda.CUDAGraph),
-        after two eager warm-up steps on a side stream, every row idle: an idle row feeds padding
-        its slot never keeps, so nothing the next call reads changes. A step that cannot be
-        captured (an operation that waits on the host) leaves decoding eager, said once."""
+        """Capture one decoding step over `state`'s tensors as a CUDA graph (torch.cuda.CUDAGraph)
+        at the cache's current width, after two eager warm-up steps on a side stream, every row
+        idle: an idle row feeds padding its slot never keeps, so nothing the next call reads
+        changes. A step that cannot be captured (an operation that waits on the host) leaves
+        decoding eager, said once."""
         import torch
 
         stream = torch.cuda.Stream()
@@ -274,7 +294,7 @@ class SlotGenerator:
             warnings.warn(f"decoding steps could not be captured as a CUDA graph; decoding eagerly ({error})",
                           stacklevel=2)
             return
-        self._graph = graph
+        self._graphs[self._cache.width] = graph
 
     def _idle_steps(self, state: "_DecodeState", count: int) -> None:
         """`count` decoding steps with every row idle (a graph's warm-up): each slot is fed
@@ -290,14 +310,15 @@ class SlotGenerator:
         replies): in between, a step is device work alone, and a row that stopped only feeds
         padding its slot never keeps. The last token sampled is not fed back."""
         self._record(state)
+        graph = self._graphs.get(self._cache.width)
         steps = 1
         while steps < max_new_tokens:
             if steps % self.stop_check_every == 0:
                 self.host_checks += 1
                 if not bool(state.active.any()):
                     break
-            if self._graph is not None:
-                self._graph.replay()
+            if graph is not None:
+                graph.replay()
             else:
                 self._decode_step(state)
             steps += 1
