@@ -51,15 +51,16 @@ class SlotLayer(CacheLayerMixin):
         reads."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        columns = self.slots.columns[:, None, :, None]  # (B, 1, Q, 1), or (N, 1, Q, 1) for `rows`
-        rows = self.slots.rows
+        rows, width = self.slots.rows, self.slots.width
         out = []
         for cache, new in ((self.keys, key_states), (self.values, value_states)):
-            part = cache if rows is None else cache.index_select(0, rows)
-            part.scatter_(2, columns.expand(-1, new.shape[1], -1, new.shape[-1]), new.to(cache.dtype))
-            if rows is not None:
-                cache.index_copy_(0, rows, part)
-            out.append(part[:, :, :self.slots.width])
+            if rows is None:  # every slot (a decoding step): written in place, read as a view
+                columns = self.slots.columns[:, None, :, None].expand(-1, new.shape[1], -1, new.shape[-1])
+                cache.scatter_(2, columns, new.to(cache.dtype))
+                out.append(cache[:, :, :width])
+            else:  # some slots (a prefill): written at (row, column), their bucket read as a copy
+                cache[rows[:, None], :, self.slots.columns] = new.to(cache.dtype).transpose(1, 2)
+                out.append(cache[:, :, :width].index_select(0, rows))
         return out[0], out[1]
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -115,11 +116,12 @@ class SlotCache(Cache):
 
     def copy_rows(self, sources: torch.Tensor, targets: torch.Tensor) -> None:
         """Give each row of `targets` (N,) the keys, values and length of the row of `sources`
-        (N,): a group's prompt, prefilled once, in each of its samples' slots."""
+        (N,): a group's prompt, prefilled once, in each of its samples' slots (its columns lie
+        within the current `width`: only those are copied)."""
         for layer in self.layers:
             if layer.is_initialized:
                 for cache in (layer.keys, layer.values):
-                    cache.index_copy_(0, targets, cache.index_select(0, sources))
+                    cache[:, :, :self.width].index_copy_(0, targets, cache[:, :, :self.width].index_select(0, sources))
         self.lengths.index_copy_(0, targets, self.lengths.index_select(0, sources))
 
     def advance(self, counts: torch.Tensor) -> None:

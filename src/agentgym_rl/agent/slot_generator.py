@@ -24,15 +24,16 @@ STOP_CHECK_EVERY = 8
 stopped, against a device sync every step."""
 
 SMALLEST_WIDTH = 64
-"""The narrowest context bucket: attention reads a power of two of columns, at least this many."""
+"""The narrowest context bucket (columns attention reads)."""
 
 
 def context_width(columns: int, max_len: int) -> int:
-    """The context bucket of a call whose rows write up to `columns` columns: the next power of
-    two (at least `SMALLEST_WIDTH`), at most `max_len`. Few distinct widths, so few graphs."""
+    """The context bucket of a call whose rows write up to `columns` columns: the next of 64, 96,
+    128, 192, 256, 384, ... (two a doubling: at most a third of the columns read are past every
+    row, and 8,192-token slots have 15 buckets, so few graphs), at most `max_len`."""
     width = SMALLEST_WIDTH
     while width < columns:
-        width *= 2
+        width = width * 3 // 2 if width & (width - 1) == 0 else width // 3 * 4
     return min(width, max_len)
 
 
@@ -101,8 +102,8 @@ class SlotGenerator:
             the CPU always decodes eagerly, through the same step).
 
     Attention reads a context bucket of each slot (`SlotCache.width`, `context_width`): the
-    columns a call's rows will hold, rounded up to a power of two, so a step's cost follows the
-    conversations' length, not `max_len`. A graph is captured once per bucket.
+    columns a call's rows will hold, rounded up to one of a few widths, so a step's cost follows
+    the conversations' length, not `max_len`. A graph is captured once per bucket.
     """
 
     restricts_replies = False
