@@ -8,11 +8,12 @@ Each setting runs in a process of its own, so that its peak memory is its own:
                                     [--turns 30] [--new-tokens 32]
 
 Per setting: greedy episodes of the test split's first items, then one scoring pass with its
-backward (`learner.token_outputs`, a row at a time, as the learner's micro-batches would) over
-them. Columns: mean turns; tokens an episode (its windows back to back: what training reads);
-the longest window (the most a prompt held: what the KV cache and attention grow with); seconds
-of rollout and of scoring; the process' peak resident memory (the Python process: a SciWorld
-JVM is not counted).
+backward (`learner.token_outputs`, a row at a time, with gradient checkpointing, as the SmolLM2
+recipes' micro-batches would) over them. Columns: mean turns; context windows an episode;
+tokens an episode (its windows back to back: what training reads); the longest window (the most
+a prompt held: what the KV cache and attention grow with); seconds of rollout and of scoring; the
+process' peak resident memory after the rollout and after scoring (the Python process: a
+SciWorld JVM is not counted).
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ SETTINGS = {
 
 
 def measure(args: argparse.Namespace, setting: str) -> dict:
-    import torch
-
     from agentgym_rl.agent.loading import load_model_and_tokenizer
     from agentgym_rl.agent.models import model_folder
     from agentgym_rl.config import RolloutConfig
@@ -49,21 +48,23 @@ def measure(args: argparse.Namespace, setting: str) -> dict:
     _, played = evaluate(args.env, str(path), split="test", episodes=args.episodes, max_turns=args.turns,
                          temperature=0.0, progress=False, rollout=rollout)
     rollout_s = time.perf_counter() - began
+    rollout_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     model, tokenizer = load_model_and_tokenizer(path)
+    model.gradient_checkpointing_enable()
+    model.train()
     began = time.perf_counter()
     for trajectory in played:
         batch = collate([trajectory], tokenizer.pad_token_id)
         token_outputs(model, batch, positions=batch.loss_mask > 0).logprobs.sum().backward()
     model.zero_grad(set_to_none=True)
     scoring_s = time.perf_counter() - began
-    del torch
     return {"setting": setting, "episodes": len(played),
             "turns": sum(t.turns for t in played) / len(played),
             "tokens": sum(len(t.input_ids) for t in played) / len(played),
             "longest_window": max(end - start for t in played for start, end in t.windows()),
             "windows": sum(len(t.windows()) for t in played) / len(played),
             "success": sum(t.success for t in played) / len(played),
-            "rollout_s": rollout_s, "scoring_s": scoring_s,
+            "rollout_s": rollout_s, "scoring_s": scoring_s, "rollout_mb": rollout_mb,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -88,11 +89,11 @@ def main() -> None:
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(f"{setting}: done", file=sys.stderr)
     print(f"| setting | episodes | mean turns | windows | tokens an episode | longest window | success | rollout s | "
-          f"scoring s | peak MB |\n|---|---|---|---|---|---|---|---|---|---|")
+          f"scoring s | peak MB, rollout | peak MB, scoring |\n|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['setting']} | {row['episodes']} | {row['turns']:.1f} | {row['windows']:.1f} | {row['tokens']:.0f} "
               f"| {row['longest_window']} | {row['success']:.0%} | {row['rollout_s']:.1f} | {row['scoring_s']:.1f} "
-              f"| {row['peak_mb']:.0f} |")
+              f"| {row['rollout_mb']:.0f} | {row['peak_mb']:.0f} |")
 
 
 if __name__ == "__main__":

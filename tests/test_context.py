@@ -115,10 +115,12 @@ def test_kept_turns_make_windows_that_hold_exactly_what_the_model_saw(model_dir,
             first += count - (summarize and number < len(trained) - 1)
     assert len(trajectory.summaries) == (len(trained) - 1 if summarize else 0)
     batch = collate(played, tokenizer.pad_token_id)
-    scored = token_outputs(model, batch).logprobs
+    scored = token_outputs(model, batch).logprobs  # each window a row of its own
     on = batch.loss_mask > 0
     assert torch.allclose(scored[on], batch.old_logprobs[on], atol=1e-5)
-    batch.segment_ids = batch.position_ids = None  # the mutant: the windows as one sequence
+    masked = token_outputs(model, batch, chunk=None).logprobs  # the model's own forward, as a sharded model runs
+    assert torch.allclose(masked[on], batch.old_logprobs[on], atol=1e-5)  # under a block-causal mask
+    batch.window_ids = batch.position_ids = None  # the mutant: the windows as one sequence
     later = on & (torch.arange(on.shape[1]) >= min(t.window_starts[0] for t in played))
     mutant = token_outputs(model, batch).logprobs
     # This small model's replies hang little on their context: 5e-7 scored right, 4e-4 as one sequence.
@@ -137,9 +139,9 @@ def test_windows_are_documents_when_collated_or_packed_by_hand():
     whole = Trajectory("e", "e_1", "c", input_ids=[5, 6, 7], loss_mask=[0, 0, 1], logprobs=[0.0, 0.0, -1.0])
     assert cut.windows() == [(0, 3), (3, 5)] and whole.windows() == [(0, 3)]
     batch = collate([cut, whole], pad_id=0)
-    assert batch.segment_ids.tolist() == [[1, 1, 1, 2, 2], [1, 1, 1, 0, 0]]
+    assert batch.window_ids.tolist() == [[1, 1, 1, 2, 2], [1, 1, 1, 0, 0]] and batch.segment_ids is None
     assert batch.position_ids.tolist() == [[0, 1, 2, 0, 1], [0, 1, 2, 0, 0]]
-    assert collate([whole], pad_id=0).segment_ids is None  # no window cut: the plain padded batch
+    assert collate([whole], pad_id=0).window_ids is None  # no window cut: the plain padded batch
     packed = collate_packed([[whole, cut]], pad_id=0)
     assert packed.segment_ids.tolist() == [[1, 1, 1, 2, 2, 2, 3, 3]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 0, 1, 2, 0, 1]]

@@ -34,8 +34,12 @@ class TokenBatch:
         right_ids: (B, T, K) long: at a rejected reply's wrong token, the tokens that would have
             continued a listed action; -1 everywhere else (the right-token loss).
         segment_ids: (B, T) long, a packed batch's document of each token (1..D, 0 on padding);
-            a row's context windows are documents too (`Trajectory.window_starts`).
-        position_ids: (B, T) long, a packed batch's positions, restarting at every document.
+            a packed episode's context windows are documents too (`Trajectory.window_starts`).
+        window_ids: (B, T) long, the context window of each token of an episode
+            `rollout.keep_turns` cut (1..W, 0 on padding): the learner runs each window as a row
+            of its own (`learner.window_hidden_state`).
+        position_ids: (B, T) long, a packed or windowed batch's positions, restarting at every
+            document or window.
         ref_sequence_logprobs: (B,) float, log π_ref(row) summed over the loss mask (DPO).
         row_weights: (B,) float, set by `Learner.update` on each micro-batch: what a term that
             is a mean over rows (`algos.right_token_loss`) weighs each row by, so that the
@@ -54,6 +58,7 @@ class TokenBatch:
     generator_logprobs: torch.Tensor | None = None
     right_ids: torch.Tensor | None = None
     segment_ids: torch.Tensor | None = None
+    window_ids: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     ref_sequence_logprobs: torch.Tensor | None = None
     row_weights: torch.Tensor | None = None
@@ -94,8 +99,8 @@ class TokenBatch:
 def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = False) -> TokenBatch:
     """Right-pad token records into a batch; with `right_tokens`, also `right_ids` from each
     row's `wrong_tokens` and `right_tokens`. A batch holding an episode of several context
-    windows (`rollout.keep_turns`) gets `segment_ids` and `position_ids`, one document a window,
-    so that each reply is scored on the window it was written in."""
+    windows (`rollout.keep_turns`) gets `window_ids` and `position_ids`, so that each reply is
+    scored on the window it was written in."""
     if not trajectories:
         raise ValueError("cannot collate an empty list of trajectories")
     shape = (len(trajectories), max(len(t.input_ids) for t in trajectories))
@@ -110,10 +115,10 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
         if t.logprobs:
             batch.old_logprobs[row, :n] = torch.tensor(t.logprobs, dtype=torch.float)
     if any(t.window_starts for t in trajectories):
-        batch.segment_ids = torch.zeros(shape, dtype=torch.long)
+        batch.window_ids = torch.zeros(shape, dtype=torch.long)
         batch.position_ids = torch.zeros(shape, dtype=torch.long)
         for row, t in enumerate(trajectories):
-            mark_windows(batch, row, 0, t, first_segment=1)
+            mark_windows(batch.window_ids, batch.position_ids, row, 0, t, first=1)
     if right_tokens:
         most = max([len(ids) for t in trajectories for ids in t.right_tokens] + [1])
         batch.right_ids = torch.full((*shape, most), -1, dtype=torch.long)
@@ -123,15 +128,15 @@ def collate(trajectories: list[Trajectory], pad_id: int, right_tokens: bool = Fa
     return batch
 
 
-def mark_windows(batch: TokenBatch, row: int, offset: int, trajectory: Trajectory, first_segment: int) -> int:
-    """Number `trajectory`'s context windows, placed at `offset` of `row`, as documents
-    `first_segment`, `first_segment` + 1, ... of `batch.segment_ids`, their positions restarting at
-    each; returns the next free document number."""
-    segment = first_segment
-    for segment, (start, end) in enumerate(trajectory.windows(), start=first_segment):
-        batch.segment_ids[row, offset + start:offset + end] = segment
-        batch.position_ids[row, offset + start:offset + end] = torch.arange(end - start)
-    return segment + 1
+def mark_windows(ids: torch.Tensor, positions: torch.Tensor, row: int, offset: int, trajectory: Trajectory,
+                 first: int) -> int:
+    """Number `trajectory`'s context windows, placed at `offset` of `row`, `first`, `first` + 1,
+    ... in `ids` (B, T), their `positions` (B, T) restarting at each; returns the next number."""
+    number = first
+    for number, (start, end) in enumerate(trajectory.windows(), start=first):
+        ids[row, offset + start:offset + end] = number
+        positions[row, offset + start:offset + end] = torch.arange(end - start)
+    return number + 1
 
 
 def micro_batches(batch: TokenBatch, size: int, max_tokens: int = 0,

@@ -78,6 +78,9 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     A batch with `segment_ids` and `position_ids` (`packing.collate_packed`) is packed: each
     row holds several documents and token t sees only the earlier tokens of its own one (at a
     document's first token the "logprob" is a cross-document guess: keep it off the loss mask).
+    A batch with `window_ids` (episodes `rollout.keep_turns` cut) runs each context window as a
+    row of its own (`window_hidden_state`): the same scores as a block-causal mask over the row,
+    at the cost of the windows rather than of the whole row squared.
 
     The model runs once up to its last hidden state; the output head then makes at most
     `chunk` logits (positions × vocabulary) at a time, each chunk reduced to what is returned
@@ -105,7 +108,6 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         gradient) or `measure_entropy` (without: what the learner logs); right_logprobs when the
         batch has `right_ids` ((B, T, K) with -1 padding).
     """
-    inputs = _attention_inputs(model, batch)
     targets = batch.input_ids[:, 1:]
     right = batch.right_ids[:, 1:] if batch.right_ids is not None else None
     wanted = positions[:, 1:].bool() if positions is not None else None
@@ -115,8 +117,8 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
              else nullcontext())
     if chunk is None:
         with trunk:
-            result = model(input_ids=batch.input_ids, **inputs, output_hidden_states=value_head is not None,
-                           use_cache=False)
+            result = model(input_ids=batch.input_ids, **_attention_inputs(model, batch),
+                           output_hidden_states=value_head is not None, use_cache=False)
         scores = _scores(result.logits[:, :-1], targets, right, temperature, entropy, measure_entropy)
         if wanted is not None:
             scores = tuple(torch.where(wanted, score, 0.0) for score in scores)
@@ -125,8 +127,10 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         with trunk:
             if trees is not None:
                 hidden = tree_hidden_state(model, batch, trees)[:, :-1]
+            elif batch.window_ids is not None:
+                hidden = window_hidden_state(model, batch)[:, :-1]
             else:
-                hidden = last_hidden_state(model, batch.input_ids, inputs)[:, :-1]
+                hidden = last_hidden_state(model, batch.input_ids, _attention_inputs(model, batch))[:, :-1]
         head = model.get_output_embeddings()
         if autocast is not None:
             hidden = hidden.to(head.weight.dtype)
@@ -176,17 +180,38 @@ def tree_hidden_state(model: Any, batch: TokenBatch, trees: list[TreeRow]) -> to
     return hidden.reshape(-1, hidden.shape[-1])[gather.to(device)]
 
 
+def window_hidden_state(model: Any, batch: TokenBatch) -> torch.Tensor:
+    """(B, T, H) the decoder's output for a batch of episodes cut into context windows
+    (`window_ids`): each window runs as a right-padded row of its own, positions from 0, and its
+    states go back to their places. Padding positions hold zeros (nothing reads them)."""
+    real = batch.window_ids > 0
+    rows = torch.arange(real.shape[0], device=real.device)[:, None].expand_as(real)
+    # A window is a contiguous span of its row: numbered row by row, its tokens come together.
+    window = (rows * (int(batch.window_ids.max()) + 1) + batch.window_ids)[real]
+    _, which = torch.unique_consecutive(window, return_inverse=True)
+    counts = torch.bincount(which)
+    place = torch.arange(which.numel(), device=which.device) - (counts.cumsum(0) - counts)[which]
+    ids = batch.input_ids.new_zeros((counts.numel(), int(counts.max())))
+    ids[which, place] = batch.input_ids[real]
+    hidden = last_hidden_state(model, ids, {})  # right-padded rows: the causal mask is all they need
+    out = hidden.new_zeros((*real.shape, hidden.shape[-1]))
+    out[real] = hidden[which, place]
+    return out
+
+
 def _attention_inputs(model: Any, batch: TokenBatch) -> dict[str, Any]:
-    """The attention arguments of `batch`'s forward pass: a packed batch's block-causal masks,
-    none for right-padded rows, else the padding mask."""
-    if batch.segment_ids is not None:
-        # A packed batch (`train.packing`): attention stays inside each document.
+    """The attention arguments of `batch`'s forward pass: a packed or windowed batch's
+    block-causal masks, none for right-padded rows, else the padding mask."""
+    documents = batch.segment_ids if batch.segment_ids is not None else batch.window_ids
+    if documents is not None:
+        # A packed batch (`train.packing`), or windows run inside their rows (a sharded model's
+        # own forward): attention stays inside each document.
         dtype = next(model.parameters()).dtype
-        mask = block_causal_mask(batch.segment_ids, dtype)
+        mask = block_causal_mask(documents, dtype)
         window = getattr(model.config, "sliding_window", None)
         if "sliding_attention" in (getattr(model.config, "layer_types", None) or []) and window:
             # A model with sliding-window layers takes one mask per kind of layer.
-            mask = {"full_attention": mask, "sliding_attention": block_causal_mask(batch.segment_ids, dtype, window)}
+            mask = {"full_attention": mask, "sliding_attention": block_causal_mask(documents, dtype, window)}
         return {"attention_mask": mask, "position_ids": batch.position_ids}
     if is_right_padded(batch.attention_mask):
         # Under a causal mask a real token attends only to earlier positions, all real when the
@@ -542,7 +567,7 @@ class Learner:
         most any rank has."""
         micros: list[tuple[list[int], TokenBatch, list[TreeRow] | None] | None]
         if (self.config.share_prefixes and group == 1 and not self.sharded and batch.segment_ids is None
-                and _attends_by_tree(self.model)):
+                and batch.window_ids is None and _attends_by_tree(self.model)):
             micros = list(tree_micro_batches(batch, self.config.micro_batch_size, self.config.micro_batch_tokens))
         else:
             micros = [(rows, micro, None) for rows, micro in

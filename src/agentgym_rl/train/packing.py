@@ -80,7 +80,7 @@ def collate_packed(rows: list[list[Trajectory]], pad_id: int) -> TokenBatch:
             batch.loss_mask[r, span] = torch.tensor(t.loss_mask, dtype=torch.float)
             if t.logprobs:
                 batch.old_logprobs[r, span] = torch.tensor(t.logprobs, dtype=torch.float)
-            d = mark_windows(batch, r, start, t, first_segment=d)
+            d = mark_windows(batch.segment_ids, batch.position_ids, r, start, t, first=d)
             start += n
     return batch
 
