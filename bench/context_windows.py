@@ -5,7 +5,7 @@ Run by hand on a quiet machine; its table goes into docs/BENCHMARKS.md with the 
 Each setting runs in a process of its own, so that its peak memory is its own:
 
     python bench/context_windows.py [--model smollm2-135m-instruct] [--env sciworld] [--episodes 4]
-                                    [--turns 30] [--new-tokens 32]
+                                    [--turns 30] [--new-tokens 32] [--list-actions] [--settings NAME ...]
 
 Per setting: greedy episodes of the test split's first items, then one scoring pass with its
 backward (`learner.token_outputs`, a row at a time, with gradient checkpointing, as the SmolLM2
@@ -46,7 +46,8 @@ def measure(args: argparse.Namespace, setting: str) -> dict:
                             **SETTINGS[setting])
     began = time.perf_counter()
     _, played = evaluate(args.env, str(path), split="test", episodes=args.episodes, max_turns=args.turns,
-                         temperature=0.0, progress=False, rollout=rollout)
+                         temperature=0.0, progress=False, rollout=rollout,
+                         env_kwargs={"list_actions": True} if args.list_actions else None)
     rollout_s = time.perf_counter() - began
     rollout_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     model, tokenizer = load_model_and_tokenizer(path)
@@ -75,14 +76,18 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=4)
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--list-actions", action="store_true", help="BabyAI: observations list every action")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--setting", choices=sorted(SETTINGS), help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
     if args.setting:
         print(json.dumps(measure(args, args.setting)))
         return
     rows = []
-    for setting in SETTINGS:
-        command = [sys.executable, __file__, "--setting", setting, *sys.argv[1:]]
+    for setting in args.settings:
+        command = [sys.executable, __file__, "--setting", setting, *(["--list-actions"] if args.list_actions else []),
+                   "--model", args.model, "--env", args.env, "--episodes", str(args.episodes), "--turns",
+                   str(args.turns), "--new-tokens", str(args.new_tokens)]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             sys.exit(f"{setting}: {done.stderr[-2000:]}")

@@ -78,9 +78,7 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
     A batch with `segment_ids` and `position_ids` (`packing.collate_packed`) is packed: each
     row holds several documents and token t sees only the earlier tokens of its own one (at a
     document's first token the "logprob" is a cross-document guess: keep it off the loss mask).
-    A batch with `window_ids` (episodes `rollout.keep_turns` cut) runs each context window as a
-    row of its own (`window_hidden_state`): the same scores as a block-causal mask over the row,
-    at the cost of the windows rather than of the whole row squared.
+    A batch with `window_ids` runs each context window as a row of its own (`window_hidden_state`).
 
     The model runs once up to its last hidden state; the output head then makes at most
     `chunk` logits (positions × vocabulary) at a time, each chunk reduced to what is returned
@@ -125,12 +123,7 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         hidden = result.hidden_states[-1][:, :-1] if value_head is not None else None
     else:
         with trunk:
-            if trees is not None:
-                hidden = tree_hidden_state(model, batch, trees)[:, :-1]
-            elif batch.window_ids is not None:
-                hidden = window_hidden_state(model, batch)[:, :-1]
-            else:
-                hidden = last_hidden_state(model, batch.input_ids, _attention_inputs(model, batch))[:, :-1]
+            hidden = _trunk_output(model, batch, trees)[:, :-1]
         head = model.get_output_embeddings()
         if autocast is not None:
             hidden = hidden.to(head.weight.dtype)
@@ -150,6 +143,15 @@ def token_outputs(model: Any, batch: TokenBatch, value_head: torch.nn.Module | N
         values=_shift(value_head(hidden.float()).squeeze(-1)) if value_head is not None else None,
         entropy=_shift(scores[-1]) if entropy or measure_entropy else None,
         right_logprobs=_shift(scores[1]) if right is not None else None)
+
+
+def _trunk_output(model: Any, batch: TokenBatch, trees: list[TreeRow] | None) -> torch.Tensor:
+    """(B, T, H) the decoder's output for `batch`: over its tree rows, its windows, or its rows."""
+    if trees is not None:
+        return tree_hidden_state(model, batch, trees)
+    if batch.window_ids is not None:
+        return window_hidden_state(model, batch)
+    return last_hidden_state(model, batch.input_ids, _attention_inputs(model, batch))
 
 
 def last_hidden_state(model: Any, input_ids: torch.Tensor, inputs: dict[str, Any]) -> torch.Tensor:

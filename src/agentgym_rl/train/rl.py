@@ -256,6 +256,16 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
     return None
 
 
+def counts_turns(config: RLConfig, spec: AlgorithmSpec) -> str | None:
+    """The first setting of the run whose credit is indexed by turn (the k-th reply of an episode
+    taken as its k-th turn), or None: the estimator's turn states or rewards (GiGPO), the
+    invalid- and idle-turn penalties."""
+    by_turn = {"state_ids", "turn_rewards"} & set(advantage_inputs(spec.advantage)[1])
+    return next((name for name, on in ((f"algo.name: {config.algo.name}", bool(by_turn)),
+                                       ("algo.invalid_turn_penalty", spec.invalid_turn_penalty is not None),
+                                       ("algo.idle_turn_penalty", spec.idle_turn_penalty is not None)) if on), None)
+
+
 def weights_fingerprint(model: Any) -> str:
     """A digest of `model`'s parameters: a journal is continued only by the weights that wrote it."""
     digest = hashlib.blake2b(digest_size=16)
@@ -348,15 +358,10 @@ class RLTrainer(Trainer):
                                                  horizon=config.algo.kl_horizon if adaptive else None)
         except ValueError as error:
             raise UserError(f"algo: {error}") from None
-        if config.rollout.summarize:
-            estimator_inputs = set(advantage_inputs(self.algorithm.advantage)[1])
-            turn_indexed = {f"algo.name: {config.algo.name}": bool({"state_ids", "turn_rewards"} & estimator_inputs),
-                            "algo.invalid_turn_penalty": self.algorithm.invalid_turn_penalty is not None,
-                            "algo.idle_turn_penalty": self.algorithm.idle_turn_penalty is not None}
-            counted = next((name for name, on in turn_indexed.items() if on), None)
-            if counted:
-                raise UserError(f"rollout.summarize trains each summary as a reply of its own, which {counted} "
-                                "would count as a turn: drop one of the two")
+        counted = counts_turns(config, self.algorithm) if config.rollout.summarize else None
+        if counted:
+            raise UserError(f"rollout.summarize trains each summary as a reply of its own, which {counted} would "
+                            "count as a turn: drop one of the two")
         stateless = registry.stateless(config.env.id, config.env.kwargs) \
             if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] else []
         if stateless:
