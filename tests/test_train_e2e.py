@@ -173,11 +173,13 @@ def test_max_kl_skips_updates(tmp_path, counter_env_registered):
 @pytest.mark.parametrize("algorithm,extra", [
     ("grpo", []),
     ("ppo", ["model.lora_rank=4", "algo.kl_coef=0.01", "algo.kl_control=adaptive", "algo.entropy_coef=0.001"]),
+    ("grpo", ["curriculum.kind=success"]),
 ])
 def test_resume_equals_continue(tmp_path, counter_env_registered, algorithm, extra):
     """Training 4 steps straight equals training 2, stopping, and resuming for 2 more:
     same weights, same sampled trajectories, same metrics. The PPO case also restores a
-    value head, a LoRA adapter over its base, and an adaptive KL coefficient. Generation is
+    value head, a LoRA adapter over its base, and an adaptive KL coefficient; the curriculum's
+    case the success counts its next draws come from. Generation is
     pinned to one thread: a count chosen by timing would change float rounding with the load."""
     from agentgym_rl.train.rl import RLTrainer
 

@@ -107,6 +107,16 @@ def category_success(split: str, category: str) -> str:
     return f"{split}/success/{category}"
 
 
+def curriculum_share(category: str) -> str:
+    """The share of a step's task draws a category got (`curriculum.kind: success`)."""
+    return f"curriculum/share/{category}"
+
+
+def curriculum_success(category: str) -> str:
+    """A category's success rate as the curriculum estimated it for a step's draws."""
+    return f"curriculum/success/{category}"
+
+
 def env_metric(split: str, env_id: str, name: str) -> str:
     """One environment's figure in a mix, e.g. `train/env/babyai/success`."""
     return f"{split}/env/{env_id}/{name}"
@@ -210,6 +220,9 @@ FAMILIES = {
     "adv/<name>": "an advantage estimator's own figure, or a penalty's count (`adv/wrong_tokens`, ...)",
     "update/<name>": "a loss term's own metric, averaged over the optimizer steps (`algos/losses.py`)",
     "train/success/<category>, val/success/<category>": "success of one category of items",
+    "curriculum/share/<category>": "the share of the step's task draws given to the category (curriculum.kind: success)",
+    "curriculum/success/<category>": "the category's success rate the curriculum drew the step's tasks from: (1 + successes) / "
+                                     "(2 + episodes) of the steps before, recent ones weighing more",
     "train/env/<env>/success, val/env/<env>/success (and /reward)": "one environment's figure in a mix",
     "data/<name>, pairs/<name>": "an SFT run's data, a DPO run's pairs (logged at step 0)",
 }

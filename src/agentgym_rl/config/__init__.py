@@ -16,7 +16,7 @@ _EXPORTS = {
     "imitation": ("DPOConfig", "DPODataConfig", "DPOLossConfig", "PairConfig", "RFTConfig", "RFTRoundConfig",
                   "SFTConfig", "SFTDataConfig"),
     "loader": ("apply_override", "from_dict", "load_config", "load_yaml", "set_key", "to_dict"),
-    "rl": ("AlgoConfig", "RLConfig", "ScheduleConfig", "TrainLoopConfig"),
+    "rl": ("AlgoConfig", "CurriculumConfig", "RLConfig", "ScheduleConfig", "TrainLoopConfig"),
     "sections": ("DEFAULT_DEVICE", "EnvConfig", "EvalConfig", "FinetuneConfig", "ModelConfig", "OptimConfig",
                  "RolloutConfig",
                  "RunConfig", "SampleConfig", "TinyModelConfig", "TrainingRun", "WarmupConfig"),

@@ -140,6 +140,25 @@ class ScheduleConfig:
 
 
 @dataclass(config=SECTION)
+class CurriculumConfig:
+    """Which tasks of `env.train_split` a step draws (`train/curriculum.py`)."""
+
+    kind: Literal["split", "success"] = "split"
+    """split: `algo.tasks_per_step` distinct tasks drawn evenly from the split, each category in
+    its share of the split. success: each task's category drawn by the chance that a group of
+    `algo.group_size` samples of it differs in success, 1 - p^G - (1-p)^G, p the category's success
+    rate in the training episodes so far, mixed with an even share (`explore`); the shares and
+    rates are logged as `curriculum/share/<category>` and `curriculum/success/<category>`.
+    Refills of `algo.dynamic_sampling` draw the same way."""
+    memory: Annotated[float, Field(ge=0, lt=1)] = 0.7
+    """success: the weight an earlier step's episodes keep in the rates, multiplied in each step
+    (0: the last step's alone)."""
+    explore: Annotated[float, Field(ge=0, le=1)] = 0.2
+    """success: the share of draws spread evenly over the categories, so that none is starved
+    (1: every category equally often)."""
+
+
+@dataclass(config=SECTION)
 class TrainLoopConfig:
     """Length of training and how often to validate, log and save."""
 
@@ -205,4 +224,5 @@ class RLConfig(TrainingRun):
     """Validation during training, on the first `episodes` items of `env.eval_split`."""
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     train: TrainLoopConfig = field(default_factory=TrainLoopConfig)

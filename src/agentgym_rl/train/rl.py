@@ -36,6 +36,7 @@ from . import distributed
 from .asynchronous import PlayedStep, RolloutsAhead, RolloutsNow, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
+from .curriculum import SuccessCurriculum, category_of
 from .learner import TokenOutputs
 from .session import Session, Trainer, holds_run_folder
 from .. import metric_names as metric
@@ -378,6 +379,9 @@ class RLTrainer(Trainer):
         # share (by weight) of `tasks_per_step`.
         self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
         self.mixed = len(self.pools) > 1
+        self.curriculum = SuccessCurriculum(config.algo.group_size, config.curriculum.memory,
+                                            config.curriculum.explore, self.mixed) \
+            if config.curriculum.kind == "success" else None
         for (weight, pool), quota in zip(self.pools, member_quotas([w for w, _ in self.pools],
                                                                     config.algo.tasks_per_step)):
             if quota > len(pool):
@@ -454,6 +458,8 @@ class RLTrainer(Trainer):
             self.kl_control.load_state_dict(state["kl_control"])
             if self.reference is not None and "reference" in state:
                 self.reference.load_state_dict(state["reference"])
+            if self.curriculum is not None and "curriculum" in state:
+                self.curriculum.load_state_dict(state["curriculum"])
         self.metrics = self.session.metrics
         if self.servers is not None and cfg.rollout.journal_every and self.rank == 0:
             key_file = self._snapshot_key_file
@@ -779,11 +785,18 @@ class RLTrainer(Trainer):
         self.policy.sync_weights(self.learner.rollout_model)  # its KV cache held the old weights' keys
 
     def sample_tasks(self, step: int) -> list:
-        """The tasks of a step: a pure function of (seed, step), so resume replays them. In a mix,
+        """The tasks of a step: a pure function of (seed, step) and, with `curriculum.kind:
+        success`, the success counts of the steps before it, so resume replays them. In a mix,
         each environment gives its share by weight (`member_quotas`)."""
         rng = random.Random(f"{self.config.run.seed}-{step}")
         quotas = member_quotas([weight for weight, _ in self.pools], self.config.algo.tasks_per_step)
-        return [task for (_, pool), quota in zip(self.pools, quotas) for task in rng.sample(pool, quota)]
+        return [task for (_, pool), quota in zip(self.pools, quotas) for task in self._draw(step, pool, quota, rng)]
+
+    def _draw(self, step: int, pool: list, count: int, rng: random.Random) -> list:
+        """`count` distinct tasks of `pool`: evenly, or by the curriculum's category shares."""
+        if self.curriculum is None:
+            return rng.sample(pool, count)
+        return self.curriculum.draw(step, pool, count, rng)
 
     def refill_tasks(self, step: int, round_: int, count: int, played: list) -> list:
         """`count` tasks for refill round `round_` of a step's dynamic sampling, none of the
@@ -796,7 +809,7 @@ class RLTrainer(Trainer):
         quotas = member_quotas([weight for weight, _ in self.pools], count)
         for (_, pool), quota in zip(self.pools, quotas):
             fresh = [task for task in pool if task.item_id not in seen]
-            refill += rng.sample(fresh if len(fresh) >= quota else pool, min(quota, len(pool)))
+            refill += self._draw(step, fresh if len(fresh) >= quota else pool, min(quota, len(pool)), rng)
         return refill
 
     def _play_step(self, step: int, horizon: int,
@@ -845,11 +858,23 @@ class RLTrainer(Trainer):
                             metric.ROLLOUT_REREAD_EPISODES: self.engine.reread - reread})
         if self.config.rollout.keep_turns:
             metrics.update(context_metrics(trajectories, self.config.rollout.summarize))
+        if self.curriculum is not None:  # what this step drew with, then its own counts
+            metrics.update(self._curriculum_metrics(step))
+            self.curriculum.record(step, trajectories)
         if not algo.dynamic_sampling:
             return trajectories, metrics
         return trajectories, {**metrics, metric.SAMPLING_REFILL_ROUNDS: rounds,
                               metric.SAMPLING_EXTRA_GROUPS: len(played_tasks) - algo.tasks_per_step,
                               metric.SAMPLING_GROUPS_WITH_SIGNAL: len(with_signal)}
+
+    def _curriculum_metrics(self, step: int) -> dict[str, float]:
+        """Each category's share of step `step`'s draws and the success rate it was drawn from."""
+        categories = sorted({category_of(task.env_id, task.category, self.mixed)
+                             for _, pool in self.pools for task in pool})
+        rates = self.curriculum.rates(step, categories)
+        shares = self.curriculum.shares(step, categories)
+        return {**{metric.curriculum_share(c): shares[c] for c in categories},
+                **{metric.curriculum_success(c): rates[c] for c in categories}}
 
     # ---------------------------------------------------------------------------- update
     def _trained(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
@@ -1100,6 +1125,8 @@ class RLTrainer(Trainer):
         state = {"step": step, "torch_rng": torch.get_rng_state(), "kl_control": self.kl_control.state_dict()}
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict(before=step)
         torch.save(state, folder / "trainer_state.pt")
         # The journals of the steps this checkpoint holds are no longer needed to resume.
         for journal in (self.run_dir / "inflight").glob("step_*.journal"):
