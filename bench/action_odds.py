@@ -9,16 +9,21 @@ samples that action. This script plays the first turn of a split's items with a 
 training), finds the listed actions that solve the item from that state (each tried from a
 snapshot), and scores every listed action as the model's whole reply, at the sampling temperature:
 
-- with `rollout.reply_prefix` "Action:" the reply continuing it is " <action>" and the end of the
-  turn; with free replies, "Action: <action>" and the end of the turn (a lower bound on the
-  action's probability: the model may write a thought first, or quote the action);
+- an action's probability sums the forms the environment reads as it that a model writes most
+  (`surface_forms`: bare or in quotes, "pick up" for "pickup"), each as the whole reply: with
+  `rollout.reply_prefix` "Action:" the reply continuing it is " <form>" and the end of the turn;
+  with free replies, "Action: <form>" and the end of the turn. A lower bound: a model may also
+  write a thought first, or another form the environment takes;
 - per item: P(solve), the summed probability of the solving replies; the chance that a group of
   G samples holds one, 1 - (1 - P)^G; whether the likeliest listed action solves;
 - per category: the means, and the probability the model gives each verb (go, pickup, toggle,
   ...) summed over its listed actions, averaged over the items.
 
+Only the items one listed action solves are scored (27 of BabyAI's 90 test items), unless
+`--all-items`.
+
     python bench/action_odds.py [--config configs/smollm2_babyai_grpo.yaml] [--model NAME_OR_FOLDER]
-        [--split test] [--episodes N] [--temperature 0.8] [--group-size 8] [--json OUT.json]
+        [--split test] [--episodes N] [--all-items] [--temperature 0.8] [--group-size 8] [--json OUT.json]
 
 `--model` defaults to the config's model (a named model, a folder, or a run's checkpoint,
 `runs/<run>/checkpoints/step_N/model`), so a run's model can be set beside the one it started
@@ -72,6 +77,13 @@ class FirstTurns:
         return [Reply("", ids=[self.encoder.end_of_turn_id]) for _ in envs]
 
 
+def surface_forms(action: str) -> list[str]:
+    """The ways of writing `action` scored as it: as listed, "pick up" for "pickup", each bare and
+    in double quotes (the BabyAI environment reads them all as the action: `parse_action`)."""
+    spellings = [action] + (["pick up" + action[len("pickup"):]] if action.startswith("pickup") else [])
+    return [form for spelling in spellings for form in (spelling, f'"{spelling}"')]
+
+
 def reply_logprobs(model: Any, prompt: list[int], replies: list[list[int]], temperature: float) -> list[float]:
     """log P(reply | prompt) of each reply (its ids, end of turn included) at `temperature`: the
     prompt runs once, its keys and values are shared by every reply."""
@@ -110,10 +122,15 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     prefix = config.rollout.reply_prefix
     rows = []
     for task, seen in zip(tasks, policy.seen):
-        texts = [(" " + action) if prefix else f"Action: {action}" for action in seen["listed"]]
+        if not (seen["solving"] or args.all_items):
+            continue
+        forms = [(action, form) for action in seen["listed"] for form in surface_forms(action)]
+        texts = [(" " + form) if prefix else f"Action: {form}" for _, form in forms]
         replies = [tokenizer.encode(text, add_special_tokens=False) + [encoder.end_of_turn_id] for text in texts]
         scores = reply_logprobs(model, seen["prompt"], replies, args.temperature)
-        probability = dict(zip(seen["listed"], (math.exp(s) for s in scores)))
+        probability = dict.fromkeys(seen["listed"], 0.0)
+        for (action, _), score in zip(forms, scores):
+            probability[action] += math.exp(score)
         likeliest = max(probability, key=probability.get)
         solve = sum(probability[a] for a in seen["solving"])
         by_verb = collections.Counter()
@@ -130,7 +147,7 @@ def table(rows: list[dict[str, Any]], group_size: int) -> str:
     one_action = [row for row in rows if row["solving"]]
     verbs = sorted({v for row in rows for v in row["by_verb"]}, key=lambda v: -sum(r["by_verb"].get(v, 0) for r in rows))
     lines = ["| category | one-action items | mean P(solve) | median P(solve) | P(a group of "
-             f"{group_size} holds one), mean | likeliest action solves | P(any listed reply), mean | "
+             f"{group_size} holds one), mean | likeliest action solves | P(a listed action), mean | "
              + " | ".join(f"P({v})" for v in verbs) + " |",
              "|" + "---|" * (7 + len(verbs))]
     categories = [c for c, _ in collections.Counter(r["category"] for r in rows).most_common()]
@@ -156,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help="a named model, a folder or a checkpoint (default: the config's)")
     parser.add_argument("--split", default="test", choices=("train", "test"))
     parser.add_argument("--episodes", type=int, default=None, help="the split's first N items (default: all)")
+    parser.add_argument("--all-items", action="store_true", help="score every item, not only those one action solves")
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--json", type=Path, default=None, help="also write the per-item rows here")

@@ -57,6 +57,15 @@ def test_the_first_turns_of_babyai_items_and_their_table(tmp_path, tiny_tokenize
     assert "| all | 4 |" in table and "P(a group of 4 holds one)" in table
 
 
+def test_each_surface_form_is_read_by_the_environment_as_its_action():
+    from agentgym_rl.envs.babyai.actions import parse_action
+
+    forms = load_module().surface_forms("pickup red ball 1")
+    assert forms == ["pickup red ball 1", '"pickup red ball 1"', "pick up red ball 1", '"pick up red ball 1"']
+    assert {parse_action(form) for form in forms} == {parse_action("pickup red ball 1")}
+    assert load_module().surface_forms("turn left") == ["turn left", '"turn left"']
+
+
 def test_a_temperature_of_zero_is_refused_in_one_line(capsys):
     assert load_module().main(["--temperature", "0"]) == 2
     assert "--temperature must be > 0" in capsys.readouterr().err
