@@ -752,20 +752,24 @@ def test_a_step_line_shows_what_the_step_logged():
 @pytest.mark.slow
 def test_a_mix_of_babyai_and_textcraft_trains_resumes_and_reports_each_environment(tmp_path):
     """configs/mix_grpo.yaml with the tiny settings: every step plays one task of each environment
-    (tasks_per_step 2, weights 1:1) and logs both, validations score one item of each, resume goes
+    (tasks_per_step 2, weights 1:1; the success curriculum picks its category) and logs both, validations score one item of each, resume goes
     on with the same mix, and the report, TensorBoard and the viewer see the per-env curves."""
     from fastapi.testclient import TestClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from agentgym_rl.ui.app import create_app
 
-    run_dir = train(tmp_path, "mix", "train.steps=2", config="mix_grpo.yaml")
-    train(tmp_path, "mix", "train.steps=3", config="mix_grpo.yaml", resume=True)
+    run_dir = train(tmp_path, "mix", "train.steps=2", "curriculum.kind=success", config="mix_grpo.yaml")
+    train(tmp_path, "mix", "train.steps=3", "curriculum.kind=success", config="mix_grpo.yaml", resume=True)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "train/success" in r]
     assert [r["step"] for r in steps] == [1, 2, 3]
     for row in steps:
         assert {"train/env/babyai/success", "train/env/textcraft/success", "train/env/textcraft/reward"} <= set(row)
+        # the curriculum's categories are named with their environment, and shared out within it
+        for env_id, category in (("babyai", "GoTo"), ("textcraft", "depth 1")):
+            shares = [v for k, v in row.items() if k.startswith(f"curriculum/share/{env_id}/")]
+            assert f"curriculum/success/{env_id}/{category}" in row and sum(shares) == pytest.approx(1.0)
     for step in (1, 2, 3):
         played = load_trajectories(run_dir / "trajectories" / f"step_{step:06d}.jsonl")
         assert sorted({t.env_id for t in played}) == ["babyai", "textcraft"] and len(played) == 6

@@ -220,7 +220,8 @@ FAMILIES = {
     "adv/<name>": "an advantage estimator's own figure, or a penalty's count (`adv/wrong_tokens`, ...)",
     "update/<name>": "a loss term's own metric, averaged over the optimizer steps (`algos/losses.py`)",
     "train/success/<category>, val/success/<category>": "success of one category of items",
-    "curriculum/share/<category>": "the share of the step's task draws given to the category (curriculum.kind: success)",
+    "curriculum/share/<category>": "the share of the step's task draws given to the category (curriculum.kind: success; "
+                                   "in a mix, of its environment's draws)",
     "curriculum/success/<category>": "the category's success rate the curriculum drew the step's tasks from: (1 + successes) / "
                                      "(2 + episodes) of the steps before, recent ones weighing more",
     "train/env/<env>/success, val/env/<env>/success (and /reward)": "one environment's figure in a mix",

@@ -868,13 +868,16 @@ class RLTrainer(Trainer):
                               metric.SAMPLING_GROUPS_WITH_SIGNAL: len(with_signal)}
 
     def _curriculum_metrics(self, step: int) -> dict[str, float]:
-        """Each category's share of step `step`'s draws and the success rate it was drawn from."""
-        categories = sorted({category_of(task.env_id, task.category, self.mixed)
-                             for _, pool in self.pools for task in pool})
-        rates = self.curriculum.rates(step, categories)
-        shares = self.curriculum.shares(step, categories)
-        return {**{metric.curriculum_share(c): shares[c] for c in categories},
-                **{metric.curriculum_success(c): rates[c] for c in categories}}
+        """Each category's share of step `step`'s draws (in a mix, of its environment's) and the
+        success rate it was drawn from."""
+        metrics = {}
+        for _, pool in self.pools:
+            categories = sorted({category_of(task.env_id, task.category, self.mixed) for task in pool})
+            rates = self.curriculum.rates(step, categories)
+            for category, share in self.curriculum.shares(step, categories).items():
+                metrics[metric.curriculum_share(category)] = share
+                metrics[metric.curriculum_success(category)] = rates[category]
+        return metrics
 
     # ---------------------------------------------------------------------------- update
     def _trained(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
