@@ -11,7 +11,7 @@ rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
                                 [--reps 3] [--attention grouped sdpa] [--generator hf slots graphs]
-                                [--dtype float32] [--slot-len 8192] [--profile] [--check-graphs]
+                                [--dtype float32] [--slot-len 8192] [--slots 32] [--profile] [--check-graphs]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -33,6 +33,8 @@ step as a captured CUDA graph; eager on the CPU). `--check-graphs` first compare
 `slots` on the same prompts (ids equal, logprobs within `GRAPH_LOGPROB_TOL`). `--slot-len` gives
 the slots `rollout.max_context` tokens, as the backend does (attention then reads the context
 bucket the prompts need, `slot_generator.context_width`), instead of just what they need.
+`--slots` gives the slot generator more slots than a call has rows (a rollout's last turns, when
+fewer episodes are left than `rollout.max_envs`): it then decodes the call's batch bucket.
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -128,12 +130,12 @@ def attend_with(model, attention: str) -> None:
 
 
 def generator_for(model, temperature: float, attention: str = "grouped", kind: str = "hf", rows: int = 0,
-                  max_len: int = 0):
+                  max_len: int = 0, slots: int = 0):
     from agentgym_rl.agent.generator import HFGenerator
     from agentgym_rl.agent.slot_generator import SlotGenerator
 
     if kind in ("slots", "graphs"):  # eager, or each decoding step replayed as a CUDA graph
-        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=rows, max_len=max_len,
+        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=max(slots, rows), max_len=max_len,
                                   cuda_graphs=kind == "graphs")
     else:
         generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
@@ -152,7 +154,7 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
         attend_with(model, attention)
         result["forward"].append(forward_steps(model, prompts, n, device))
         for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
-            generator = generator_for(model, temperature, attention, kind, rows, max_len)
+            generator = generator_for(model, temperature, attention, kind, rows, max_len, args.slots)
             kw = {} if temperature == 0 else {"streams": streams}
             if kind == "graphs":  # capture outside the timing, at the size the timed calls use
                 generator.generate(prompts, n, **kw)
@@ -237,6 +239,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--slot-len", type=int, default=0,
                         help="tokens a slot holds (the backend gives rollout.max_context; 0: just what the prompts need)")
+    parser.add_argument("--slots", type=int, default=0,
+                        help="the slot generator's slots, when more than --rows (0: as many as the rows)")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
     if args.new_tokens < 2:

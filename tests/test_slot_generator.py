@@ -180,7 +180,7 @@ def test_idle_decoding_steps_leave_every_slot_as_it_was(model, tiny_tokenizer):
     replies = [generator.generate(first, 6, streams=[1, 2]) for generator in (plain, idled)]
     assert _replies(replies[0]) == _replies(replies[1])
     lengths = idled._cache.lengths.tolist()
-    idled._idle_steps(idled._state, 3)
+    idled._idle_steps(idled._state.leading(idled._cache.batch), 3)
     assert idled._cache.lengths.tolist() == lengths
     second = [p + g.ids + [STOP, 61] for p, g in zip(first, replies[0])]
     assert _replies(plain.generate(second, 6, streams=[1, 2])) == _replies(idled.generate(second, 6, streams=[1, 2]))
@@ -214,11 +214,12 @@ class _FakeCuda:
         if self.fail:
             raise RuntimeError("operation not permitted when stream is capturing")
         yield  # the captured step runs here once, every row idle
-        captured = dataclasses.replace(self.generator._state)  # the tensors, not their values
-        width = self.generator._cache.width  # a real graph's shapes are its context bucket's
+        cache = self.generator._cache
+        captured = self.generator._state.leading(cache.batch)  # the tensors, not their values
+        width, batch = cache.width, cache.batch  # a real graph's shapes are its buckets'
 
         def replay():
-            assert self.generator._cache.width == width, "a graph replayed at another context bucket"
+            assert (cache.width, cache.batch) == (width, batch), "a graph replayed at other buckets"
             self.replays += 1
             self.generator._decode_step(captured)
 
@@ -245,7 +246,7 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
             assert _replies(graphed.generate(prompts, new_tokens, streams=[1, 2])) == _replies(expected)
             prompts = [p + g.ids + [STOP, *observation] for p, g in zip(prompts, expected)]
     assert graphed.reused_columns == eager.reused_columns > 0
-    assert sorted(graphed._graphs) == ([] if fail else [64, 96])
+    assert sorted(graphed._graphs) == ([] if fail else [(64, 2), (96, 2)])
     if fail:
         assert graphed._graphs == {} and fake.replays == 0
         assert [str(w.message) for w in said if "CUDA graph" in str(w.message)] == [
@@ -296,3 +297,40 @@ def test_a_slot_past_a_calls_context_bucket_is_left_as_it_was(model, tiny_tokeni
     assert slots.reused_columns - reused == len(long) + len(first.ids) - 1  # continued from its slot
     [theirs] = HFGenerator(model, pad, [STOP], 1.0, reuse_cache=False, threads=1).generate([after], 8, streams=[1])
     assert mine.ids == theirs.ids and mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
+
+
+def test_the_batch_bucket_by_hand():
+    from agentgym_rl.agent.slot_generator import batch_bucket
+
+    assert [batch_bucket(rows, 128) for rows in (1, 2, 3, 5, 9, 13, 17, 25, 33, 100, 128)] == [
+        1, 2, 4, 8, 12, 16, 24, 32, 48, 128, 128]
+    assert batch_bucket(13, 14) == 14  # never past the slots
+
+
+def test_a_call_decodes_its_batch_bucket_and_rows_moved_into_it_keep_their_caches(model, tiny_tokenizer):
+    """Four episodes fill four slots; a call continuing two of them (slots 2 and 3) decodes 2 rows,
+    the two swapped into slots 0 and 1, and a call continuing the other two swaps them back in:
+    each continued from its cache (only its new tokens run), with HFGenerator's replies."""
+    pad = tiny_tokenizer.pad_token_id
+    slots = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=128)
+    hf = HFGenerator(model, pad, [STOP], 1.0, reuse_cache=False, threads=1)
+    decoded_rows = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0])
+        if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+    try:
+        first = [[20, 21, 22], [30, 31], [40, 41, 42, 43], [50]]
+        replies = slots.generate(first, 6, streams=[1, 2, 3, 4])
+        assert set(decoded_rows) == {4}
+        turns = [p + g.ids + [STOP, 60 + i] for i, (p, g) in enumerate(zip(first, replies))]
+        for episodes in ([2, 3], [0, 1]):
+            decoded_rows.clear()
+            reused = slots.reused_columns
+            prompts, streams = [turns[e] for e in episodes], [e + 1 for e in episodes]
+            got = slots.generate(prompts, 6, streams=streams)
+            assert set(decoded_rows) == {2}  # the batch bucket of 2 prompts, not the 4 slots
+            # each continued from its slot: all it held but the reply's last id (never fed)
+            assert slots.reused_columns - reused == sum(len(first[e]) + len(replies[e].ids) - 1 for e in episodes)
+            assert _replies(got) == _replies(hf.generate(prompts, 6, streams=streams))
+    finally:
+        hook.remove()

@@ -18,6 +18,10 @@ Attention reads only the first W = `width` columns (a context bucket, W ≤ L, s
 what its rows will hold): a step over a conversation of 1,000 tokens in slots of 8,192 reads an
 eighth of the cache. A pad's query sees column 0 (any finite key will do: its output is never
 read), so a slot whose tokens lie past W, idle in this call, is neither read nor written.
+
+A decoding forward runs the first `batch` slots (a batch bucket, ≤ B, set for a call by its
+rows, which the generator moves into them: `swap_rows`): a call of 3 episodes in a cache of 32
+slots decodes 4 rows, not 32.
 """
 
 from __future__ import annotations
@@ -46,18 +50,18 @@ class SlotLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write (B, H, Q, D) new keys and values at columns lengths[b] .. lengths[b] + Q - 1 of
-        each row; returns the cache's first `width` columns, (B, H, W, D), which the step's mask
-        reads."""
+        """Write (b, H, Q, D) new keys and values at columns lengths[r] .. lengths[r] + Q - 1 of
+        each row r; returns those rows' first `width` columns, (b, H, W, D), which the step's mask
+        reads (b: the `batch` leading slots, or a prefill's `rows`)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        rows, width = self.slots.rows, self.slots.width
+        rows, width, batch = self.slots.rows, self.slots.width, self.slots.batch
         out = []
         for cache, new in ((self.keys, key_states), (self.values, value_states)):
-            if rows is None:  # every slot (a decoding step): written in place, read as a view
+            if rows is None:  # the leading slots (a decoding step): written in place, read as a view
                 columns = self.slots.columns[:, None, :, None].expand(-1, new.shape[1], -1, new.shape[-1])
-                cache.scatter_(2, columns, new.to(cache.dtype))
-                out.append(cache[:, :, :width])
+                cache[:batch].scatter_(2, columns, new.to(cache.dtype))
+                out.append(cache[:batch, :, :width])
             else:  # some slots (a prefill): written at (row, column), their bucket read as a copy
                 cache[rows[:, None], :, self.slots.columns] = new.to(cache.dtype).transpose(1, 2)
                 out.append(cache[:, :, :width].index_select(0, rows))
@@ -81,6 +85,7 @@ class SlotCache(Cache):
         columns: (B, Q) where the current forward writes each new token (`step` sets it).
         width: the columns attention reads (the context bucket; `max_len` until set): every
             real token of a forward must sit below it.
+        batch: the leading slots a decoding forward runs (the batch bucket; `size` until set).
     A forward over it takes `step(Q, pads)`'s position ids and mask; then `advance(counts)` adds
     each row's real new tokens to its length.
     """
@@ -91,19 +96,20 @@ class SlotCache(Cache):
         self.columns = torch.zeros(size, 1, dtype=torch.long, device=device)
         self.rows: torch.Tensor | None = None
         self.width = max_len
+        self.batch = size
         super().__init__(layers=[SlotLayer(self) for _ in range(num_layers)])
 
     def step(self, queries: int, pads: torch.Tensor | None = None,
              rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(position ids (B, Q), boolean mask (B, 1, Q, W)) of a forward of Q new tokens a row,
-        the first `pads[b]` of row b padding (None: none): real token q of row b sits at position
-        lengths[b] + q - pads[b] (below `width`) and sees columns 0 up to its own; a pad is
-        written into column L - 1 and sees column 0 only (a query that sees nothing would make
-        NaNs). With `rows` (N,), the forward runs those slots alone, in that order (a prefill;
-        decoding keeps all B)."""
+        """(position ids (b, Q), boolean mask (b, 1, Q, W)) of a forward of Q new tokens a row
+        over the first `batch` slots, the first `pads[r]` of row r padding (None: none): real token
+        q of row r sits at position lengths[r] + q - pads[r] (below `width`) and sees columns 0 up
+        to its own; a pad is written into column L - 1 and sees column 0 only (a query that sees
+        nothing would make NaNs). With `rows` (N,), the forward runs those slots alone, in that
+        order (a prefill)."""
         device = self.lengths.device
         self.rows = None if rows is None else rows.to(device)
-        lengths = self.lengths if rows is None else self.lengths.index_select(0, self.rows)
+        lengths = self.lengths[:self.batch] if rows is None else self.lengths.index_select(0, self.rows)
         offsets = torch.arange(queries, device=device)[None, :]
         pads = torch.zeros_like(lengths) if pads is None else pads.to(device)
         positions = lengths[:, None] + offsets - pads[:, None]
@@ -124,11 +130,21 @@ class SlotCache(Cache):
                     cache[:, :, :self.width].index_copy_(0, targets, cache[:, :, :self.width].index_select(0, sources))
         self.lengths.index_copy_(0, targets, self.lengths.index_select(0, sources))
 
+    def swap_rows(self, a: int, b: int) -> None:
+        """Exchange slots `a` and `b`: their keys, values (the columns either holds) and lengths."""
+        held = int(self.lengths[[a, b]].max())
+        for layer in self.layers:
+            if layer.is_initialized and held:
+                for cache in (layer.keys, layer.values):
+                    cache[[a, b], :, :held] = cache[[b, a], :, :held]  # the right side is gathered first
+        self.lengths[[a, b]] = self.lengths[[b, a]]
+
     def advance(self, counts: torch.Tensor) -> None:
-        """Add the real new tokens of the last `step`'s rows (B,), or (N,) with its `rows`."""
+        """Add the real new tokens of the last `step`'s rows ((b,): the `batch` leading slots), or
+        (N,) with its `rows`."""
         counts = counts.to(self.lengths.device)
         if self.rows is None:
-            self.lengths.add_(counts)
+            self.lengths[:self.batch].add_(counts)
         else:
             self.lengths.index_add_(0, self.rows, counts)
 

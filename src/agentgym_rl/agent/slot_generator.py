@@ -27,14 +27,30 @@ SMALLEST_WIDTH = 64
 """The narrowest context bucket (columns attention reads)."""
 
 
+def _bucket(need: int, smallest: int, most: int) -> int:
+    """The first of smallest, then two sizes a doubling (x1.5 of a power of two, then the next
+    power of two: 64, 96, 128, 192, ...; from 1: 1, 2, 4, 8, 12, 16, 24, ...) that holds `need`,
+    at most `most`."""
+    size = smallest
+    while size < need:
+        if size < 8:
+            size *= 2
+        else:
+            size = size * 3 // 2 if size & (size - 1) == 0 else size // 3 * 4
+    return min(size, most)
+
+
 def context_width(columns: int, max_len: int) -> int:
     """The context bucket of a call whose rows write up to `columns` columns: the next of 64, 96,
     128, 192, 256, 384, ... (two a doubling: at most a third of the columns read are past every
     row, and 8,192-token slots have 15 buckets, so few graphs), at most `max_len`."""
-    width = SMALLEST_WIDTH
-    while width < columns:
-        width = width * 3 // 2 if width & (width - 1) == 0 else width // 3 * 4
-    return min(width, max_len)
+    return _bucket(columns, SMALLEST_WIDTH, max_len)
+
+
+def batch_bucket(rows: int, slots: int) -> int:
+    """The rows a call of `rows` prompts decodes: the next of 1, 2, 4, 8, 12, 16, 24, 32, 48, ...,
+    at most `slots` (a graph a bucket; at most a third of the rows run idle)."""
+    return _bucket(rows, 1, slots)
 
 
 @dataclass
@@ -65,6 +81,12 @@ class _DecodeState:
     replied: Any
     stops: Any
 
+    def leading(self, rows: int) -> "_DecodeState":
+        """The same state over its first `rows` rows: views, so a step over them writes here."""
+        return _DecodeState(self.logits[:rows], self.active[:rows], self.positions[:rows],
+                            None if self.streams is None else self.streams[:rows], self.step, self.last[:rows],
+                            self.tokens[:rows], self.logprobs[:rows], self.replied[:rows], self.stops)
+
     @classmethod
     def empty(cls, slots: int, vocab: int, max_new_tokens: int, streams: bool, stop_ids: list[int],
               device: Any) -> "_DecodeState":
@@ -84,8 +106,11 @@ class SlotGenerator:
 
     A prompt continues the slot whose cached tokens are the longest proper prefix of it (the same
     episode's earlier turns: only the rest is run through the model), else takes a slot no prompt
-    of the call continues, emptied. Every forward runs all slots (fixed shapes, as a CUDA graph
-    needs); a slot without a prompt in the call gets padding that it never keeps.
+    of the call continues, emptied. A call's rows are then moved into its batch bucket, the first
+    `batch_bucket(len(prompts), slots)` slots, by swapping a row outside them with a slot inside
+    that the call does not use (`SlotCache.swap_rows`: nothing cached is lost), and every decoding
+    step runs those slots (fixed shapes, as a CUDA graph needs); a slot without a prompt in the
+    call gets padding that it never keeps.
 
     Args:
         model: a `transformers` causal LM whose forward takes per-row position ids and a 4D mask.
@@ -103,7 +128,8 @@ class SlotGenerator:
 
     Attention reads a context bucket of each slot (`SlotCache.width`, `context_width`): the
     columns a call's rows will hold, rounded up to one of a few widths, so a step's cost follows
-    the conversations' length, not `max_len`. A graph is captured once per bucket.
+    the conversations' length, not `max_len`. A graph is captured once per (context, batch)
+    bucket.
     """
 
     restricts_replies = False
@@ -122,8 +148,8 @@ class SlotGenerator:
         """Times the host read whether any row still replies (each a device sync off the CPU)."""
         self.cuda_graphs = cuda_graphs
         self._state: _DecodeState | None = None
-        self._graphs: dict[int, Any] = {}
-        """One captured decoding step per context bucket (its width)."""
+        self._graphs: dict[tuple[int, int], Any] = {}
+        """One captured decoding step per (context width, batch) bucket."""
         self._graphs_failed = False
         self._cache: SlotCache | None = None
         self._held: list[list[int]] = [[] for _ in range(slots)]
@@ -185,6 +211,21 @@ class SlotGenerator:
                 self._cache.lengths[slot] = 0
         return assigned
 
+    def _into_batch(self, rows: list[int]) -> list[int]:
+        """The call's slots (`rows`, one a prompt) moved into the first `cache.batch`: each row
+        past them swaps with a slot inside that the call does not use, the emptiest first."""
+        cache, batch = self._cache, self._cache.batch
+        lengths = cache.lengths.tolist()
+        unused = sorted((slot for slot in range(batch) if slot not in rows), key=lambda slot: lengths[slot])
+        moved = list(rows)
+        for place, row in enumerate(rows):
+            if row >= batch:
+                target = unused.pop(0)
+                cache.swap_rows(row, target)
+                self._held[row], self._held[target] = self._held[target], self._held[row]
+                moved[place] = target
+        return moved
+
     def _generate(self, prompts: list[list[int]], max_new_tokens: int, streams: list[int] | None) -> list[Generation]:
         import torch
 
@@ -192,9 +233,10 @@ class SlotGenerator:
         if self._cache is None:
             self._cache = SlotCache(self.model.config.num_hidden_layers, self.slots, self.max_len, device)
         cache = self._cache
-        rows = self._assign(prompts)
         # The last sampled token is never fed, so a row writes len(prompt) + max_new_tokens - 1 columns.
         cache.width = context_width(max(map(len, prompts)) + max_new_tokens - 1, self.max_len)
+        cache.batch = batch_bucket(len(prompts), self.slots)
+        rows = self._into_batch(self._assign(prompts))
         cached = cache.lengths.tolist()
         suffixes = [prompt[cached[row]:] for prompt, row in zip(prompts, rows)]
         # A prompt that starts afresh as another does (a group's samples) is run once: its rows
@@ -252,8 +294,8 @@ class SlotGenerator:
             state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
                                                      self.stop_ids, device)
             self._graphs = {}  # a graph replays the tensors it was captured over
-        if self._cache.width not in self._graphs and self._wants_graphs(device):
-            self._capture(state)
+        if (self._cache.width, self._cache.batch) not in self._graphs and self._wants_graphs(device):
+            self._capture(state.leading(self._cache.batch))
         state.logits.zero_()
         state.logits[index] = logits[sources]
         state.active.zero_()
@@ -295,7 +337,7 @@ class SlotGenerator:
             warnings.warn(f"decoding steps could not be captured as a CUDA graph; decoding eagerly ({error})",
                           stacklevel=2)
             return
-        self._graphs[self._cache.width] = graph
+        self._graphs[self._cache.width, self._cache.batch] = graph
 
     def _idle_steps(self, state: "_DecodeState", count: int) -> None:
         """`count` decoding steps with every row idle (a graph's warm-up): each slot is fed
@@ -310,8 +352,9 @@ class SlotGenerator:
         run. The host looks at the rows only every `stop_check_every` steps (whether any still
         replies): in between, a step is device work alone, and a row that stopped only feeds
         padding its slot never keeps. The last token sampled is not fed back."""
+        state = state.leading(self._cache.batch)
         self._record(state)
-        graph = self._graphs.get(self._cache.width)
+        graph = self._graphs.get((self._cache.width, self._cache.batch))
         steps = 1
         while steps < max_new_tokens:
             if steps % self.stop_check_every == 0:
@@ -341,7 +384,7 @@ class SlotGenerator:
         import torch
 
         chosen, logprobs = self._sample(state.logits, state.streams, state.positions + state.step)
-        column = state.step.expand(self.slots, 1)
+        column = state.step.expand(state.tokens.shape[0], 1)
         state.tokens.scatter_(1, column, torch.where(state.active, chosen, self.pad_id)[:, None])
         state.logprobs.scatter_(1, column, torch.where(state.active, logprobs, 0.0)[:, None])
         state.replied.add_(state.active.long())

