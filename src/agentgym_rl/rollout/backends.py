@@ -102,13 +102,29 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: Rollou
         from ..agent.slot_generator import SlotGenerator
 
         generator = SlotGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
-                                  slots=rollout.max_envs or 16, max_len=rollout.max_context)
+                                  slots=slot_count(model, rollout), max_len=rollout.max_context)
     else:
         from ..agent.generator import HFGenerator
 
         generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
                                 reuse_cache=rollout.reuse_kv_cache, threads=rollout.threads)
     return ModelPolicy(generator, encoder, listed_actions_only)
+
+
+MOST_SLOTS = 128
+"""The slot generator's slots when `rollout.max_envs` is 0 and `kv_cache_mb` would hold more."""
+
+
+def slot_count(model: Any, rollout: RolloutConfig) -> int:
+    """The slot generator's slots, each of `max_context` tokens and allocated whole: `max_envs`,
+    or with 0 as many as `kv_cache_mb` holds (at least 1, at most `MOST_SLOTS`): SmolLM2-135M in
+    float32 at 8,192 tokens takes 360 MB a slot, so 32,768 MB give 91."""
+    if rollout.max_envs:
+        return rollout.max_envs
+    from ..agent.kv_cache import bytes_per_token
+
+    fit = rollout.kv_cache_mb * 2**20 // (bytes_per_token(model) * rollout.max_context)
+    return int(min(max(fit, 1), MOST_SLOTS))
 
 
 def load_model(folder: str | Path, dtype: str = "float32", device: str = DEFAULT_DEVICE) -> tuple[Any, Any]:
