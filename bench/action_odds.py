@@ -118,10 +118,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     tasks = registry.tasks("babyai", args.split, config.env.kwargs)[:args.episodes]
     make_env = registry.env_factory("babyai", config.env.kwargs)
     with RolloutEngine(make_env, config.rollout) as engine:
-        engine.run(tasks, policy, 1)
+        played = engine.run(tasks, policy, 1)
     prefix = config.rollout.reply_prefix
     rows = []
-    for task, seen in zip(tasks, policy.seen):
+    for task, episode in zip(tasks, played):  # each item's first prompt: the one its episode opens with
+        seen = next(s for s in policy.seen if episode.input_ids[:len(s["prompt"])] == s["prompt"])
         if not (seen["solving"] or args.all_items):
             continue
         forms = [(action, form) for action in seen["listed"] for form in surface_forms(action)]
