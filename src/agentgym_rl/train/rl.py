@@ -374,20 +374,7 @@ class RLTrainer(Trainer):
             self.log(f"warning: {what} and it trains on the episode-level one alone")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
-        self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
-        # The tasks a step draws from: one pool, or one per environment of a mix, each giving its
-        # share (by weight) of `tasks_per_step`.
-        self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
-        self.mixed = len(self.pools) > 1
-        self.curriculum = SuccessCurriculum(config.algo.group_size, config.curriculum.memory,
-                                            config.curriculum.explore, self.mixed) \
-            if config.curriculum.kind == "success" else None
-        for (weight, pool), quota in zip(self.pools, member_quotas([w for w, _ in self.pools],
-                                                                    config.algo.tasks_per_step)):
-            if quota > len(pool):
-                where = f" of {pool[0].env_id}" if self.mixed and pool else ""
-                raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} asks for {quota} distinct tasks "
-                                f"a step from the {len(pool)} {config.env.train_split} tasks{where}")
+        self._task_pools(config)
         self.val_tasks = registry.tasks(config.env.id, config.env.eval_split, config.env.kwargs)[: config.eval.episodes]
         self.servers = None  # the run's own env servers (`env.spawn_servers`)
         if config.env.spawn_servers:
@@ -423,6 +410,23 @@ class RLTrainer(Trainer):
                 parse_address(config.rollout.workers_address)
             except ValueError as error:
                 raise UserError(f"rollout.workers_address: {error}") from None
+
+    def _task_pools(self, config: RLConfig) -> None:
+        """The tasks a step draws from: one pool, or one per environment of a mix, each giving its
+        share (by weight) of `tasks_per_step`, which must hold that many distinct tasks; and the
+        curriculum over their categories (`curriculum.kind: success`)."""
+        self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
+        self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
+        self.mixed = len(self.pools) > 1
+        self.curriculum = SuccessCurriculum(config.algo.group_size, config.curriculum.memory,
+                                            config.curriculum.explore, self.mixed) \
+            if config.curriculum.kind == "success" else None
+        for (weight, pool), quota in zip(self.pools, member_quotas([w for w, _ in self.pools],
+                                                                    config.algo.tasks_per_step)):
+            if quota > len(pool):
+                where = f" of {pool[0].env_id}" if self.mixed and pool else ""
+                raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} asks for {quota} distinct tasks "
+                                f"a step from the {len(pool)} {config.env.train_split} tasks{where}")
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
