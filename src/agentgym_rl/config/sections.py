@@ -380,6 +380,12 @@ class RolloutConfig:
             raise ValueError(f"rollout.window_turns ({self.window_turns}) must be >= rollout.keep_turns "
                              f"({self.keep_turns}): a window is cut back to keep_turns")
 
+    def episodes_in_cache(self, bytes_per_token: int) -> int:
+        """Episodes of `max_context` tokens whose KV caches fit `kv_cache_mb` at `bytes_per_token`
+        (at least 1): what the engine caps episodes in flight at with `max_envs` 0, and the slot
+        generator's slots."""
+        return max(1, self.kv_cache_mb * 2**20 // (bytes_per_token * self.max_context))
+
 
 @dataclass(config=SECTION)
 class OptimConfig:

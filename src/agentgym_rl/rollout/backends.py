@@ -123,8 +123,7 @@ def slot_count(model: Any, rollout: RolloutConfig) -> int:
         return rollout.max_envs
     from ..agent.kv_cache import bytes_per_token
 
-    fit = rollout.kv_cache_mb * 2**20 // (bytes_per_token(model) * rollout.max_context)
-    return int(min(max(fit, 1), MOST_SLOTS))
+    return min(rollout.episodes_in_cache(bytes_per_token(model)), MOST_SLOTS)
 
 
 def load_model(folder: str | Path, dtype: str = "float32", device: str = DEFAULT_DEVICE) -> tuple[Any, Any]:

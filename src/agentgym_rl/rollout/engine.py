@@ -370,7 +370,7 @@ class RolloutEngine:
         per_token = getattr(policy, "cache_bytes_per_token", 0)
         if not per_token:
             return 0
-        return max(1, self.config.kv_cache_mb * 2**20 // (per_token * self.config.max_context))
+        return self.config.episodes_in_cache(per_token)
 
     def _stream(self, task: Task, sample: int) -> int | None:
         if self._sampling_seed is None:
