@@ -11,7 +11,8 @@ rollout's turn does.
 
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
                                 [--reps 3] [--attention grouped sdpa] [--generator hf slots graphs]
-                                [--dtype float32] [--slot-len 8192] [--slots 32] [--profile] [--check-graphs]
+                                [--dtype float32] [--slot-len 8192] [--slots 32] [--stop-share 0.05]
+                                [--profile] [--check-graphs]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -35,6 +36,10 @@ the slots `rollout.max_context` tokens, as the backend does (attention then read
 bucket the prompts need, `slot_generator.context_width`), instead of just what they need.
 `--slots` gives the slot generator more slots than a call has rows (a rollout's last turns, when
 fewer episodes are left than `rollout.max_envs`): it then decodes the call's batch bucket.
+`--stop-share F` makes that share of the vocabulary end a reply, so that sampled replies stop at
+spread lengths (about 1/F tokens, a few running to `--new-tokens`), as a rollout's do: the step
+columns are then a whole call's time over its steps, in which `HFGenerator` decodes every row to
+the longest reply and `SlotGenerator` moves the rows still replying into smaller batch buckets.
 `--profile` adds torch.profiler's table of the ops that took the most time over one sampled
 `generate` of 8 tokens at the largest size: on a GPU, whether the step waits for the GPU or for
 Python.
@@ -57,6 +62,11 @@ SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, nu
 """SmolLM2-135M-Instruct's config.json, as `agentgym-rl models prepare` converts it, less its name."""
 
 PAD, STOP = 2, 2
+
+
+def stop_ids(share: float) -> tuple[int, ...]:
+    """The ids that end a reply: `STOP`, and with `share` > 0 that share of the vocabulary."""
+    return (STOP, *range(3, 3 + int(share * SMOLLM2["vocab_size"])))
 
 
 def build_model(device: torch.device, dtype: str = "float32") -> torch.nn.Module:
@@ -130,15 +140,15 @@ def attend_with(model, attention: str) -> None:
 
 
 def generator_for(model, temperature: float, attention: str = "grouped", kind: str = "hf", rows: int = 0,
-                  max_len: int = 0, slots: int = 0):
+                  max_len: int = 0, slots: int = 0, stops: tuple[int, ...] = (STOP,)):
     from agentgym_rl.agent.generator import HFGenerator
     from agentgym_rl.agent.slot_generator import SlotGenerator
 
     if kind in ("slots", "graphs"):  # eager, or each decoding step replayed as a CUDA graph
-        generator = SlotGenerator(model, PAD, [STOP], temperature, slots=max(slots, rows), max_len=max_len,
+        generator = SlotGenerator(model, PAD, list(stops), temperature, slots=max(slots, rows), max_len=max_len,
                                   cuda_graphs=kind == "graphs")
     else:
-        generator = HFGenerator(model, pad_id=PAD, stop_ids=[STOP], temperature=temperature, batch_size=1024)
+        generator = HFGenerator(model, pad_id=PAD, stop_ids=list(stops), temperature=temperature, batch_size=1024)
     attend_with(model, attention)  # after the generator, which sets the grouped attention
     return generator
 
@@ -149,12 +159,14 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
     max_len = args.slot_len or max(map(len, prompts)) + 2 * args.new_tokens + args.observation
     streams = list(range(1, rows + 1))
     n = args.new_tokens
-    result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn")}
+    result: dict[str, list[float]] = {name: [] for name in ("forward", "greedy", "sampled", "prefill", "turn",
+                                                             "reply")}
     for _ in range(args.reps):
         attend_with(model, attention)
         result["forward"].append(forward_steps(model, prompts, n, device))
         for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
-            generator = generator_for(model, temperature, attention, kind, rows, max_len, args.slots)
+            generator = generator_for(model, temperature, attention, kind, rows, max_len, args.slots,
+                                      stop_ids(args.stop_share))
             kw = {} if temperature == 0 else {"streams": streams}
             if kind == "graphs":  # capture outside the timing, at the size the timed calls use
                 generator.generate(prompts, n, **kw)
@@ -168,6 +180,7 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
             whole = timed(lambda: replies.extend(generator.generate(prompts, n, **kw)), device)
             result[name].append((whole - one) / (n - 1))
             if name == "sampled":
+                result["reply"].append(statistics.mean(len(r.ids) for r in replies))
                 result["prefill"].append(one)
                 tail = torch.randint(3, SMOLLM2["vocab_size"], (args.observation,)).tolist()
                 extended = [p + r.ids + tail for p, r in zip(prompts, replies)]
@@ -241,10 +254,14 @@ def main() -> None:
                         help="tokens a slot holds (the backend gives rollout.max_context; 0: just what the prompts need)")
     parser.add_argument("--slots", type=int, default=0,
                         help="the slot generator's slots, when more than --rows (0: as many as the rows)")
+    parser.add_argument("--stop-share", type=float, default=0.0,
+                        help="share of the vocabulary that ends a reply (replies of spread lengths)")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
     args = parser.parse_args()
     if args.new_tokens < 2:
         parser.error("--new-tokens must be at least 2: a step is timed as generate(N) - generate(1)")
+    if not 0 <= args.stop_share < 1:
+        parser.error("--stop-share must be at least 0 and below 1")
     if min(args.context) <= args.shared:
         parser.error(f"--context must exceed --shared ({args.shared})")
     device = torch.device(args.device)
@@ -266,6 +283,8 @@ def main() -> None:
                     print(f"| {kind} | {attention} | {rows} | {context} | {1000 * m['forward']:.1f} | "
                           f"{1000 * m['greedy']:.1f} | {1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | "
                           f"{1000 * m['turn']:.0f} |", flush=True)
+                    if args.stop_share:
+                        print(f"#   its sampled replies: {m['reply']:.1f} tokens on average", flush=True)
     if args.profile:
         for attention in args.attention:
             profile(model, max(args.rows), max(args.context), attention, args, device)

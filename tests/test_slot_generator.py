@@ -158,8 +158,8 @@ def test_stops_checked_every_few_steps_give_the_same_replies_with_fewer_host_loo
         assert _replies(got[0]) == _replies(got[1]) == _replies(hf.generate(prompts, 10, streams=streams))
         if turn == 0:  # rows stopped at different steps, and one ran to the limit or stopped late
             assert len({len(g.ids) for g in got[0]}) > 1 and got[0][0].finished and len(got[0][0].ids) <= 3
-        for mine, theirs in zip(*got):
-            assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-6)
+        for mine, theirs in zip(*got):  # rounding aside: the checks compact the batch at different steps
+            assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-5)
         assert every._cache.lengths.tolist() == fourth._cache.lengths.tolist()
         if turn == 0:  # the next turn continues each row's cache: all it holds, the last sampled id aside
             held = sum(len(p) + len(g.ids) - 1 for p, g in zip(prompts, got[0]))
@@ -334,3 +334,62 @@ def test_a_call_decodes_its_batch_bucket_and_rows_moved_into_it_keep_their_cache
             assert _replies(got) == _replies(hf.generate(prompts, 6, streams=streams))
     finally:
         hook.remove()
+
+
+def test_rows_still_replying_move_into_a_smaller_batch_and_keep_what_they_sampled(model, tiny_tokenizer):
+    """Five sampled replies that stop at different steps, in 8 slots: as rows stop, those still
+    replying are moved into the leading 4, then 2, then 1 slots and only those decode. Every reply
+    and logprob is HFGenerator's, and the next turn continues each episode from its own cache."""
+    pad = tiny_tokenizer.pad_token_id
+    prompts, streams = [[20, 21, 22], [30, 31], [40, 41, 42, 43], [50], [60, 61]], [1, 2, 3, 4, 5]
+    free = SlotGenerator(model, pad, [], 1.0, slots=8, max_len=128).generate(prompts, 12, streams=streams)
+    stops = sorted({g.ids[1] for g in free[:3]})  # tokens these rows sample early: rows stop at different steps
+    slots = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=128)
+    hf = HFGenerator(model, pad, stops, 1.0, reuse_cache=True, threads=1)
+    decoded_rows = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0])
+        if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+    try:
+        for turn in range(2):
+            decoded_rows.clear()
+            got = slots.generate(prompts, 12, streams=streams)
+            decoded = list(decoded_rows)
+            expected = hf.generate(prompts, 12, streams=streams)
+            assert _replies(got) == _replies(expected)
+            for mine, theirs in zip(got, expected):
+                assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+            if turn == 0:
+                lengths = sorted(len(g.ids) for g in got)
+                assert lengths[0] < lengths[-2] < lengths[-1] == 12  # some stop early, one runs to the limit
+                assert decoded[0] == 8 and decoded[-1] == 1 and decoded == sorted(decoded)[::-1]
+                held = sum(len(p) + len(g.ids) - 1 for p, g in zip(prompts, got))
+            prompts = [p + g.ids + [STOP, 70 + i] for i, (p, g) in enumerate(zip(prompts, got))]
+    finally:
+        hook.remove()
+    assert slots.compactions >= 2
+    assert slots.reused_columns == held  # each episode's second turn continued its own slot
+
+
+def test_a_step_captured_mid_call_for_a_smaller_batch_keeps_the_rows_sampled_so_far(model, tiny_tokenizer,
+                                                                                   monkeypatch):
+    """With the stand-in for torch.cuda: a compacted batch's step is captured in the middle of a
+    call (its warm-up runs every row idle), and the rows' tokens so far survive it: the replies
+    are the eager generator's, and a graph was captured for each batch the call shrank to."""
+    pad = tiny_tokenizer.pad_token_id
+    prompts, streams = [[20, 21, 22], [30, 31], [40, 41, 42, 43], [50], [60, 61]], [1, 2, 3, 4, 5]
+    free = SlotGenerator(model, pad, [], 1.0, slots=8, max_len=128).generate(prompts, 12, streams=streams)
+    stops = sorted({g.ids[1] for g in free[:3]})
+    eager = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=128)
+    graphed = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=128, cuda_graphs=True)
+    fake = _FakeCuda(graphed)
+    monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
+    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    expected = eager.generate(prompts, 12, streams=streams)
+    got = graphed.generate(prompts, 12, streams=streams)
+    assert _replies(got) == _replies(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-6)
+    assert graphed.compactions >= 2 and fake.replays > 0
+    assert sorted(batch for _, batch in graphed._graphs)[:2] == [1, 2] and max(b for _, b in graphed._graphs) == 8

@@ -1,6 +1,6 @@
 """Sampling over a `SlotCache`: each episode keeps its keys and values in its own slot across
-turns, and a turn runs only its new tokens (the first slice of the CUDA-graph decoding backend,
-docs/SCALING.md; eager here, on any device: no graphs are captured yet).
+turns, and a turn runs only its new tokens: the CUDA-graph decoding backend (docs/SCALING.md),
+whose steps are captured as CUDA graphs on a CUDA device and run eagerly elsewhere.
 
 Its replies equal `HFGenerator`'s: the same ids and logprobs (up to rounding) for the same prompts
 and streams, greedy or sampled (tests/test_slot_generator.py). Sampling draws each row's noise
@@ -110,7 +110,9 @@ class SlotGenerator:
     `batch_bucket(len(prompts), slots)` slots, by swapping a row outside them with a slot inside
     that the call does not use (`SlotCache.swap_rows`: nothing cached is lost), and every decoding
     step runs those slots (fixed shapes, as a CUDA graph needs); a slot without a prompt in the
-    call gets padding that it never keeps.
+    call gets padding that it never keeps. When the rows still replying fit a smaller bucket (at a
+    stop check), they are swapped into it the same way, with what they sampled so far, and the
+    steps after run that bucket: a call's last long replies do not decode its stopped rows.
 
     Args:
         model: a `transformers` causal LM whose forward takes per-row position ids and a 4D mask.
@@ -146,6 +148,8 @@ class SlotGenerator:
         self.stop_check_every = stop_check_every
         self.host_checks = 0
         """Times the host read whether any row still replies (each a device sync off the CPU)."""
+        self.compactions = 0
+        """Times a call's replying rows were moved into a smaller batch bucket."""
         self.cuda_graphs = cuda_graphs
         self._state: _DecodeState | None = None
         self._graphs: dict[tuple[int, int], Any] = {}
@@ -214,17 +218,40 @@ class SlotGenerator:
     def _into_batch(self, rows: list[int]) -> list[int]:
         """The call's slots (`rows`, one a prompt) moved into the first `cache.batch`: each row
         past them swaps with a slot inside that the call does not use, the emptiest first."""
-        cache, batch = self._cache, self._cache.batch
-        lengths = cache.lengths.tolist()
+        batch = self._cache.batch
+        lengths = self._cache.lengths.tolist()
         unused = sorted((slot for slot in range(batch) if slot not in rows), key=lambda slot: lengths[slot])
         moved = list(rows)
         for place, row in enumerate(rows):
             if row >= batch:
-                target = unused.pop(0)
-                cache.swap_rows(row, target)
-                self._held[row], self._held[target] = self._held[target], self._held[row]
-                moved[place] = target
+                moved[place] = unused.pop(0)
+                self._swap(row, moved[place])
         return moved
+
+    def _swap(self, a: int, b: int, state: "_DecodeState | None" = None) -> None:
+        """Exchange slots `a` and `b`: their caches, held ids and (mid-call) decoding rows."""
+        self._cache.swap_rows(a, b)
+        self._held[a], self._held[b] = self._held[b], self._held[a]
+        if state is not None:
+            for tensor in (state.logits, state.active, state.positions, state.streams, state.last, state.tokens,
+                           state.logprobs, state.replied):
+                if tensor is not None:
+                    tensor[[a, b]] = tensor[[b, a]]
+
+    def _compact(self, state: "_DecodeState", rows: list[int], batch: int) -> None:
+        """Shrink the call's decoding to its first `batch` slots, which hold as many as still
+        reply: each replying row past them swaps with a slot inside that no longer replies (the
+        rows' tokens and logprobs so far go with them), and `rows` (the call's slots, in prompt
+        order) follows the moves."""
+        replying = state.active[:self._cache.batch].tolist()
+        free = [slot for slot in range(batch) if not replying[slot]]
+        for row in range(batch, len(replying)):
+            if replying[row]:
+                target = free.pop(0)
+                self._swap(row, target, state)
+                rows[:] = [target if slot == row else row if slot == target else slot for slot in rows]
+        self._cache.batch = batch
+        self.compactions += 1
 
     def _generate(self, prompts: list[list[int]], max_new_tokens: int, streams: list[int] | None) -> list[Generation]:
         import torch
@@ -270,7 +297,8 @@ class SlotGenerator:
             # Decoding keeps every slot (the shapes a CUDA graph captures): the call's rows read
             # their prefill's logits, the others never record a token.
             state = self._decode_state(logits, sources, index, position, stream_rows, max_new_tokens, device)
-            steps = self._decode(state, max_new_tokens)
+            steps = self._decode(state, max_new_tokens, rows, device)
+        index = torch.tensor(rows, device=device)  # where the rows ended up: compaction moves them
         counts = state.replied[index].tolist()
         tokens, scores = state.tokens[index, :steps].tolist(), state.logprobs[index, :steps].tolist()
         replies = [row[:count] for row, count in zip(tokens, counts)]
@@ -294,8 +322,6 @@ class SlotGenerator:
             state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
                                                      self.stop_ids, device)
             self._graphs = {}  # a graph replays the tensors it was captured over
-        if (self._cache.width, self._cache.batch) not in self._graphs and self._wants_graphs(device):
-            self._capture(state.leading(self._cache.batch))
         state.logits.zero_()
         state.logits[index] = logits[sources]
         state.active.zero_()
@@ -317,9 +343,21 @@ class SlotGenerator:
     def _capture(self, state: "_DecodeState") -> None:
         """Capture one decoding step over `state`'s tensors as a CUDA graph (torch.cuda.CUDAGraph)
         at the cache's current width, after two eager warm-up steps on a side stream, every row
-        idle: an idle row feeds padding its slot never keeps, so nothing the next call reads
-        changes. A step that cannot be captured (an operation that waits on the host) leaves
-        decoding eager, said once."""
+        idle: an idle row feeds padding its slot never keeps, and the state's values are put back
+        after, so a capture in the middle of a call (a compacted batch) loses none of its rows. A
+        step that cannot be captured (an operation that waits on the host) leaves decoding eager,
+        said once."""
+        import torch
+
+        kept = [(tensor, tensor.clone()) for tensor in (state.logits, state.active, state.step, state.last,
+                                                          state.tokens, state.logprobs, state.replied)]
+        try:
+            self._capture_step(state)
+        finally:
+            for tensor, value in kept:
+                tensor.copy_(value)
+
+    def _capture_step(self, state: "_DecodeState") -> None:
         import torch
 
         stream = torch.cuda.Stream()
@@ -347,26 +385,39 @@ class SlotGenerator:
             state.step.zero_()
             self._decode_step(state)
 
-    def _decode(self, state: "_DecodeState", max_new_tokens: int) -> int:
+    def _decode(self, state: "_DecodeState", max_new_tokens: int, rows: list[int], device: Any) -> int:
         """Sample up to `max_new_tokens` tokens a row into `state`, in place; returns the steps
-        run. The host looks at the rows only every `stop_check_every` steps (whether any still
-        replies): in between, a step is device work alone, and a row that stopped only feeds
-        padding its slot never keeps. The last token sampled is not fed back."""
-        state = state.leading(self._cache.batch)
-        self._record(state)
-        graph = self._graphs.get((self._cache.width, self._cache.batch))
+        run. The host looks at the rows only every `stop_check_every` steps (how many still
+        reply): in between, a step is device work alone, and a row that stopped only feeds
+        padding its slot never keeps. When those still replying fit a smaller batch bucket, they
+        are moved into it (`_compact`, `rows` follows them), so a call's last long replies do not
+        decode every row of its start. The last token sampled is not fed back."""
+        self._record(state.leading(self._cache.batch))
+        graph = self._graph(state, device)
         steps = 1
         while steps < max_new_tokens:
             if steps % self.stop_check_every == 0:
                 self.host_checks += 1
-                if not bool(state.active.any()):
+                replying = int(state.active[:self._cache.batch].sum())
+                if replying == 0:
                     break
+                if batch_bucket(replying, self.slots) < self._cache.batch:
+                    self._compact(state, rows, batch_bucket(replying, self.slots))
+                    graph = self._graph(state, device)
             if graph is not None:
                 graph.replay()
             else:
-                self._decode_step(state)
+                self._decode_step(state.leading(self._cache.batch))
             steps += 1
         return steps
+
+    def _graph(self, state: "_DecodeState", device: Any) -> Any:
+        """The captured decoding step of the current (context, batch) bucket, captured now if it
+        is new; None when decoding is eager."""
+        key = (self._cache.width, self._cache.batch)
+        if key not in self._graphs and self._wants_graphs(device):
+            self._capture(state.leading(self._cache.batch))
+        return self._graphs.get(key)
 
     def _decode_step(self, state: "_DecodeState") -> None:
         """One decoding step over every slot, on the device alone and in place (fixed shapes, no
