@@ -197,8 +197,8 @@ def check_graphs(model, rows: int, context: int, args) -> None:
     max_len = max(map(len, prompts)) + args.new_tokens + 1
     for temperature in (0.0, 0.8):
         kw = {} if temperature == 0 else {"streams": list(range(1, rows + 1))}
-        eager, graphed = (generator_for(model, temperature, kind=kind, rows=rows, max_len=max_len)
-                          for kind in ("slots", "graphs"))
+        eager, graphed = (generator_for(model, temperature, kind=kind, rows=rows, max_len=max_len,
+                                        stops=stop_ids(args.stop_share)) for kind in ("slots", "graphs"))
         a, b = (g.generate(prompts, args.new_tokens, **kw) for g in (eager, graphed))
         same_ids = [x.ids for x in a] == [y.ids for y in b]
         gap = max((abs(p - q) for x, y in zip(a, b) for p, q in zip(x.logprobs, y.logprobs)), default=0.0)

@@ -4,7 +4,7 @@
 #      reaches no registry and has torch, transformers and peft already;
 #   2. torch sees a GPU (the first CUDA call: without one the script stops here, exit 3), then
 #      bench/decode_step.py: HFGenerator against the slot generator, eager and as CUDA graphs
-#      (checked equal first), bfloat16 (at most 5 minutes);
+#      (checked equal first), bfloat16 (at most 5 minutes), then with replies of spread lengths;
 #   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation);
 #   4. eval of its checkpoint on the GPU, and the README's one-GPU recipe with --smoke on it;
 #   5. torchrun with one process: an NCCL process group, the learner sharded by FSDP2 over it;
@@ -53,6 +53,11 @@ if [ "$DEVICE" = cuda ]; then
     step timeout 300 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
         --new-tokens 16 --reps 2 --generator hf slots graphs --check-graphs | tee "$OUT/decode_step.md" \
         || echo "decode_step.py failed" >&2
+    # Replies of spread lengths (5% of the vocabulary ends one): the graphs of the smaller batch
+    # buckets a call compacts into, checked against eager, then timed against HFGenerator.
+    step timeout 150 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
+        --new-tokens 48 --stop-share 0.05 --reps 2 --generator hf graphs --check-graphs \
+        | tee "$OUT/decode_step_stops.md" || echo "decode_step.py --stop-share failed" >&2
 fi
 
 GPU=(run.device="$DEVICE" run.dtype=bfloat16)
