@@ -347,8 +347,6 @@ class SlotGenerator:
         after, so a capture in the middle of a call (a compacted batch) loses none of its rows. A
         step that cannot be captured (an operation that waits on the host) leaves decoding eager,
         said once."""
-        import torch
-
         kept = [(tensor, tensor.clone()) for tensor in (state.logits, state.active, state.step, state.last,
                                                           state.tokens, state.logprobs, state.replied)]
         try:
