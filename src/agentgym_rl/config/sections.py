@@ -323,8 +323,9 @@ class RolloutConfig:
     per-episode slots, `max_envs` of them (when 0, as many as `kv_cache_mb` holds, at most 128)
     of `max_context` tokens, allocated whole:
     the same replies as "hf"; the CUDA-graph backend: decoding steps stay on the device, run a
-    batch bucket of the slots (the call's rows moved there) and a context bucket of each and, on
-    a GPU, replay as captured CUDA graphs; not yet run on a GPU; not with LoRA, Ray workers or
+    batch bucket of the slots (the call's rows moved there, and into a smaller one as they stop)
+    and a context bucket of each and, on a GPU, replay as captured CUDA graphs; not yet run on a
+    GPU; not with LoRA, Ray workers or
     listed-action replies)."""
     generator_url: str | None = None
     """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
