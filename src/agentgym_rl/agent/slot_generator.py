@@ -11,7 +11,7 @@ whatever else is in the batch.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .generator import Generation
@@ -81,11 +81,24 @@ class _DecodeState:
     replied: Any
     stops: Any
 
+    PER_SLOT = ("logits", "active", "positions", "streams", "last", "tokens", "logprobs", "replied")
+    """The fields with a row per slot (`step` and `stops` are shared)."""
+
     def leading(self, rows: int) -> "_DecodeState":
         """The same state over its first `rows` rows: views, so a step over them writes here."""
-        return _DecodeState(self.logits[:rows], self.active[:rows], self.positions[:rows],
-                            None if self.streams is None else self.streams[:rows], self.step, self.last[:rows],
-                            self.tokens[:rows], self.logprobs[:rows], self.replied[:rows], self.stops)
+        return replace(self, **{name: getattr(self, name)[:rows] for name in self.PER_SLOT
+                                if getattr(self, name) is not None})
+
+    def swap_rows(self, a: int, b: int) -> None:
+        """Exchange rows `a` and `b` of every per-slot tensor, in place."""
+        for name in self.PER_SLOT:
+            tensor = getattr(self, name)
+            if tensor is not None:
+                tensor[[a, b]] = tensor[[b, a]]
+
+    def tensors(self) -> list[Any]:
+        """Every tensor of the state (streams when set)."""
+        return [getattr(self, field.name) for field in fields(self) if getattr(self, field.name) is not None]
 
     @classmethod
     def empty(cls, slots: int, vocab: int, max_new_tokens: int, streams: bool, stop_ids: list[int],
@@ -233,10 +246,7 @@ class SlotGenerator:
         self._cache.swap_rows(a, b)
         self._held[a], self._held[b] = self._held[b], self._held[a]
         if state is not None:
-            for tensor in (state.logits, state.active, state.positions, state.streams, state.last, state.tokens,
-                           state.logprobs, state.replied):
-                if tensor is not None:
-                    tensor[[a, b]] = tensor[[b, a]]
+            state.swap_rows(a, b)
 
     def _compact(self, state: "_DecodeState", rows: list[int], batch: int) -> None:
         """Shrink the call's decoding to its first `batch` slots, which hold as many as still
@@ -347,8 +357,7 @@ class SlotGenerator:
         after, so a capture in the middle of a call (a compacted batch) loses none of its rows. A
         step that cannot be captured (an operation that waits on the host) leaves decoding eager,
         said once."""
-        kept = [(tensor, tensor.clone()) for tensor in (state.logits, state.active, state.step, state.last,
-                                                          state.tokens, state.logprobs, state.replied)]
+        kept = [(tensor, tensor.clone()) for tensor in state.tensors()]
         try:
             self._capture_step(state)
         finally:
