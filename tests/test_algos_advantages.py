@@ -21,6 +21,7 @@ from agentgym_rl.algos import (
     loop_advantages,
     outcome_token_rewards,
     penalize_tokens,
+    rare_action_tokens,
     register_advantage,
     reinforce_pp_advantages,
     rloo_advantages,
@@ -387,6 +388,23 @@ def test_penalize_tokens_subtracts_at_the_listed_positions_only():
         penalize_tokens(advantages, [[], []], penalty=-1.0)
     with pytest.raises(ValueError, match="2 position lists"):
         penalize_tokens(advantages, [[]], penalty=1.0)
+
+
+def test_rare_action_tokens_keeps_the_actions_whose_verb_holds_at_most_the_share():
+    """20 actions: "go" 17, "pickup" 2, "turn" 1. At a share of 0.1 (2 actions) "pickup" and
+    "turn" are rare, "go" is not; at 0.05 (1 action) only "turn"."""
+    tokens = [[3, 9], [4] * 9 + [8], [5] * 7 + [6, 7]]
+    verbs = [["go", "pickup"], ["go"] * 9 + ["turn"], ["go"] * 7 + ["go", "pickup"]]
+    positions, rare = rare_action_tokens(tokens, verbs, share=0.1)
+    assert rare == {"pickup", "turn"}
+    assert positions == [[9], [8], [7]]
+    positions, rare = rare_action_tokens(tokens, verbs, share=0.05)
+    assert rare == {"turn"} and positions == [[], [8], []]
+    assert rare_action_tokens([[], []], [[], []], share=0.05) == ([[], []], set())
+    with pytest.raises(ValueError, match="needs its verb"):
+        rare_action_tokens([[1, 2]], [["go"]], share=0.05)
+    with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):
+        rare_action_tokens([[1]], [["go"]], share=0.0)
 
 
 # --------------------------------------------------------------------------------- GiGPO

@@ -105,13 +105,19 @@ def test_the_engine_records_turns_that_changed_nothing_and_where_their_action_be
     assert trajectory.success and trajectory.state_keys == ["0", "0"]
     assert trajectory.idle_turns == [0] and trajectory.invalid_turns == []
     if not locate:
-        assert trajectory.idle_tokens == []
+        assert trajectory.idle_tokens == [] and trajectory.action_tokens == trajectory.action_verbs == []
         return
     [look] = trajectory.idle_tokens
     first_reply = trajectory.loss_mask.index(1)
     assert trajectory.loss_mask[look] == 1
     assert tokenizer.decode(trajectory.input_ids[first_reply:look]).rstrip().endswith("Action:")
     assert tokenizer.decode(trajectory.input_ids[look:look + 1]).strip().startswith("l")
+    # The second turn's action reached a new state: its first token and verb are recorded.
+    assert trajectory.action_verbs == ["count"]
+    [count] = trajectory.action_tokens
+    assert count > look and trajectory.loss_mask[count] == 1
+    assert tokenizer.decode(trajectory.input_ids[count - 2:count]).rstrip().endswith("Action:")
+    assert tokenizer.decode(trajectory.input_ids[count:count + 1]).strip().startswith("c")
 
 
 def assert_jump_and_look_up_located(trajectory, tokenizer) -> None:

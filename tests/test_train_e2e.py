@@ -477,6 +477,36 @@ def test_a_turn_that_cannot_have_helped_loses_its_credit(tmp_path, counter_env_r
     assert metrics["adv/adv_abs_mean"] == pytest.approx(2 * WON_ADVANTAGE / 4, rel=1e-4)  # the estimator's, per row
 
 
+@pytest.mark.parametrize("bonus", ["null", 0.5])
+def test_a_rare_action_earns_its_bonus_at_its_first_token(tmp_path, counter_env_registered, bonus):
+    """The toy batch above, each turn's action located at its first token (positions 1 and 5):
+    7 "go" and one "pickup" (row 2, second turn). At share 0.25 (2 of 8 actions) "pickup" is
+    rare: its token gets +0.5, so its tied group's row is trained on too, and the mean
+    |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.rare_action_bonus={bonus}", "algo.rare_action_share=0.25")
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
+                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
+                       turn_rewards=[0.0, reward], action_tokens=[1, 5], action_verbs=["go", second])
+            for group, reward, second in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go")]]
+    optimize, seen = trainer._optimize, []
+    trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
+    metrics = trainer.update(rows, step=0)
+    if bonus == "null":
+        assert "adv/rare_action_tokens" not in metrics and metrics["update/trajectories"] == 2
+        assert metrics["adv/token_abs_mean"] == pytest.approx(8 * WON_ADVANTAGE / 16, rel=1e-4)
+        return
+    assert (metrics["adv/action_tokens"], metrics["adv/rare_action_tokens"], metrics["adv/rare_verbs"]) == (8, 1, 1)
+    assert metrics["update/trajectories"] == 3
+    assert metrics["adv/token_abs_mean"] == pytest.approx((8 * WON_ADVANTAGE + 0.5) / 16, rel=1e-4)
+    assert seen[0][2].tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]  # the kept tied row: "pickup" raised
+
+
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):
     """The trainer hands the policy loss the recipe's settings with the run's overrides
     (`algos.rl_objective`, by its keywords): clip-higher set in the config arrives as ε_high."""

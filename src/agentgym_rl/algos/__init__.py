@@ -6,6 +6,7 @@ registries (`ADVANTAGE`, `LOSS`, `KL`, `SCHEDULE`) and `ALGORITHMS`.
 """
 
 from .advantages import (
+    add_at_tokens,
     broadcast_to_tokens,
     discredit_turns,
     gae_advantages,
@@ -14,6 +15,7 @@ from .advantages import (
     loop_advantages,
     outcome_token_rewards,
     penalize_tokens,
+    rare_action_tokens,
     reinforce_pp_advantages,
     rloo_advantages,
     token_level_rewards,
@@ -55,12 +57,12 @@ __all__ = [
     "ADVANTAGE", "ADVANTAGE_FIELDS", "AGGREGATIONS", "ALGORITHMS", "AdaptiveKLController",
     "AdvantageOutput", "AlgorithmSpec", "FixedKLController", "HorizonSchedule", "KL", "KL_CONTROLLERS",
     "LOSS", "OBJECTIVE_INPUTS", "RATIO_LEVELS", "SCHEDULE", "SETTING_BOUNDS", "SETTING_DOCS", "SPEC_FIELDS", "TERMS",
-    "Term", "advantage_inputs", "aggregate_loss", "algorithm_names",
+    "Term", "add_at_tokens", "advantage_inputs", "aggregate_loss", "algorithm_names",
     "broadcast_to_tokens", "compute_advantages", "discredit_turns", "entropy_loss", "fixed_schedule", "from_config",
     "gae_advantages", "get_algorithm", "gigpo_advantages", "grpo_advantages", "kl_k1", "kl_k2", "kl_k3", "kl_loss",
     "kl_penalty", "kl_reward_penalty", "kl_term", "lookup", "loop_advantages", "make_kl_controller",
     "masked_mean", "masked_sum", "masked_whiten", "outcome_token_rewards", "penalize_tokens", "ppo_clip_loss",
-    "register_advantage", "register_kl", "register_loss", "register_schedule",
+    "rare_action_tokens", "register_advantage", "register_kl", "register_loss", "register_schedule",
     "reinforce_pp_advantages", "right_token_loss", "rl_objective", "rloo_advantages", "setting", "stepwise_schedule",
     "token_entropy", "token_level_rewards", "truncated_is_weights", "turn_ids_from_mask", "unit_log_ratio",
     "value_clip_loss",

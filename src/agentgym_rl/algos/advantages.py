@@ -26,6 +26,8 @@ token of turn k + 1.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 from torch import Tensor
 
@@ -171,6 +173,50 @@ def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]],
     return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
 
 
+def rare_action_tokens(tokens: list[list[int]], verbs: list[list[str]], share: float) -> tuple[list[list[int]], set[str]]:
+    """The action tokens whose verb is rare in the batch: an exploration bonus's positions.
+
+    Counts every row's actions by verb; a verb whose count is at most `share` of all of them
+    is rare. In a batch of 20 actions (18 "go", 1 "pickup", 1 "turn") at share 0.05 (one
+    action in 20), "pickup" and "turn" are rare and each row keeps the tokens of those.
+
+    Args:
+        tokens: B lists of column indices, one per action (`Trajectory.action_tokens`).
+        verbs: B lists of the same lengths, each action's verb (`Trajectory.action_verbs`).
+        share: in (0, 1].
+
+    Returns:
+        (B lists of the columns of rare actions, the rare verbs).
+    """
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    if len(tokens) != len(verbs) or any(len(t) != len(v) for t, v in zip(tokens, verbs)):
+        raise ValueError("every action token needs its verb")
+    counts = Counter(verb for row in verbs for verb in row)
+    total = sum(counts.values())
+    rare = {verb for verb, count in counts.items() if count <= share * total}
+    return [[t for t, v in zip(row_tokens, row_verbs) if v in rare] for row_tokens, row_verbs in zip(tokens, verbs)], rare
+
+
+def add_at_tokens(advantages: Tensor, positions: list[list[int]], amount: float) -> Tensor:
+    """Add `amount` to the advantage at the listed (row, position) tokens.
+
+    Args:
+        advantages: (B, T).
+        positions: B lists of column indices.
+
+    Returns:
+        (B, T) advantages (a copy).
+    """
+    if len(positions) != advantages.shape[0]:
+        raise ValueError(f"expected {advantages.shape[0]} position lists, got {len(positions)}")
+    out = advantages.clone()
+    for row, columns in enumerate(positions):
+        if columns:
+            out[row, columns] += amount
+    return out
+
+
 def penalize_tokens(advantages: Tensor, positions: list[list[int]], penalty: float) -> Tensor:
     """Subtract `penalty` from the advantage at the listed (row, position) tokens.
 
@@ -190,13 +236,7 @@ def penalize_tokens(advantages: Tensor, positions: list[list[int]], penalty: flo
     """
     if penalty < 0:
         raise ValueError(f"penalty must be >= 0, got {penalty}")
-    if len(positions) != advantages.shape[0]:
-        raise ValueError(f"expected {advantages.shape[0]} position lists, got {len(positions)}")
-    out = advantages.clone()
-    for row, columns in enumerate(positions):
-        if columns:
-            out[row, columns] -= penalty
-    return out
+    return add_at_tokens(advantages, positions, -penalty)
 
 
 def token_level_rewards(rewards: Tensor, mask: Tensor, kl: Tensor | None = None, kl_coef: float = 0.0) -> Tensor:

@@ -105,6 +105,16 @@ class AlgorithmSpec:
         "\"check available actions\"): use it where observations already give what such actions would (the SmolLM2 "
         "recipes list the actions). Environments that give no state key have no idle turns.",
         ge=0)
+    rare_action_bonus: float | None = setting(
+        None, "null: off. A number b > 0: an exploration bonus at the action level. The step's accepted actions "
+        "that reached a new state are counted by the word they begin with (`Trajectory.action_verbs`: \"go\", "
+        "\"pickup\", \"toggle\"); the first token of each action whose word makes up at most rare_action_share of "
+        "them gets +b on its advantage (`algos.rare_action_tokens`). A verb the policy seldom writes and no outcome "
+        "has rewarded yet keeps being tried instead of losing its mass to the rewarded one (docs/RESULTS.md: "
+        "SmolLM2's \"pickup\" on BabyAI).", ge=0)
+    rare_action_share: float = setting(
+        0.05, "The largest share of the step's accepted actions a verb may hold and still earn rare_action_bonus.",
+        gt=0, le=1)
     # -- hyper-parameters of the loss terms (`algos.objective`)
     clip_eps: float = setting(0.2, "PPO's clip range ε of the importance ratio.", gt=0)
     clip_eps_high: float | None = setting(

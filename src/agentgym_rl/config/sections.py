@@ -343,8 +343,10 @@ class RolloutConfig:
     when it rejects a reply, record the token where the reply's action first left all of them
     (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
     (`Trajectory.right_tokens`); on an accepted turn that changed nothing, the token its action
-    begins at (`Trajectory.idle_tokens`). The RL trainer turns this on for
-    `algo.invalid_turn_penalty`, `algo.idle_turn_penalty` and `algo.right_token_coef`."""
+    begins at (`Trajectory.idle_tokens`); on the other accepted turns, the token their action
+    begins at and its first word (`Trajectory.action_tokens`, `action_verbs`). The RL trainer
+    turns this on for `algo.invalid_turn_penalty`, `algo.idle_turn_penalty`,
+    `algo.rare_action_bonus` and `algo.right_token_coef`."""
     reply_prefix: str = ""
     """Text every reply of a model policy starts with, given to the model as context and not
     trained (e.g. "Action:"): a small instruct model that does not keep the reply format

@@ -97,8 +97,23 @@ def action_token(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str
     """Index of the reply token that brings the first character of its action ("go" in
     "Thought: ...\nAction: go to red ball 1"): where the choice of action was made. None when
     the reply holds no action that can be found in its text."""
-    _, start = _action_in(decode(reply_ids))
-    return _token_at(reply_ids, decode, start) if start >= 0 else None
+    located = located_action(reply_ids, decode)
+    return located[1] if located is not None else None
+
+
+def located_action(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str]) -> tuple[str, int] | None:
+    """The reply's action and the index of the reply token that brings its first character
+    (`action_token`); None when the reply holds no action that can be found in its text."""
+    action, start = _action_in(decode(reply_ids))
+    token = _token_at(reply_ids, decode, start) if action is not None else None
+    return (action, token) if token is not None else None
+
+
+def action_verb(action: str) -> str:
+    """The word an action begins with, lower-cased: what kind of action it is ("go" for "go to
+    red ball 1", "pickup", "toggle", "craft", "get")."""
+    words = action.split()
+    return words[0].lower() if words else ""
 
 
 def _token_at(reply_ids: Sequence[int], decode: Callable[[Sequence[int]], str], char: int) -> int | None:

@@ -26,7 +26,7 @@ from ..agent.sampling import episode_stream
 from ..config import RolloutConfig
 from ..envs import registry
 from ..envs.base import TextEnv
-from ..envs.parsing import action_token, first_wrong_token, right_next_tokens
+from ..envs.parsing import action_token, action_verb, first_wrong_token, located_action, right_next_tokens
 from ..envs.tasks import Task
 from ..errors import UserError
 from .journal import Journal
@@ -515,12 +515,18 @@ class RolloutEngine:
         record.turn_rewards.append(float(reward))
         record.state_keys.append(episode.state_key)
         episode.state_key = str(info.get("state_key") or "")
-        if episode.state_key and episode.state_key in record.state_keys and not info.get("invalid_action", False):
+        accepted = not info.get("invalid_action", False)
+        if episode.state_key and episode.state_key in record.state_keys and accepted:
             record.idle_turns.append(turn)
             decode = self._reply_decoder(policy) if locate else None
             start = action_token(episode.reply_ids, decode) if decode else None
             if start is not None:
                 record.idle_tokens.append(episode.reply_start + start)
+        elif accepted and locate:
+            located = located_action(episode.reply_ids, self._reply_decoder(policy))
+            if located is not None:
+                record.action_tokens.append(episode.reply_start + located[1])
+                record.action_verbs.append(action_verb(located[0]))
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated
         record.truncated = truncated or (not terminated and record.turns >= max_turns)

@@ -46,6 +46,12 @@ class Trajectory:
             with X reached already, or a move undoing the one before).
         idle_tokens: for idle turns, the index in `input_ids` of the token that begins the
             action (`envs.parsing.action_token`; recorded with `RolloutConfig.locate_wrong_tokens`).
+        action_tokens: for the other accepted turns (those that reached a state new to the
+            episode, or any accepted turn where the environment names no states), the index in
+            `input_ids` of the token that begins the action (recorded with
+            `RolloutConfig.locate_wrong_tokens`).
+        action_verbs: for each of `action_tokens`, the word its action begins with
+            (`envs.parsing.action_verb`: "go", "pickup", "craft").
         error: why the episode failed to run (an exception in the env), else None.
         policy_version: in an RL run, how many updates the weights that sampled it had had
             (the step, unless `train.asynchronous` played it ahead with older ones).
@@ -70,6 +76,8 @@ class Trajectory:
     state_keys: list[str] = field(default_factory=list)
     idle_turns: list[int] = field(default_factory=list)
     idle_tokens: list[int] = field(default_factory=list)
+    action_tokens: list[int] = field(default_factory=list)
+    action_verbs: list[str] = field(default_factory=list)
     error: str | None = None
     policy_version: int | None = None
     turn_versions: list[int] = field(default_factory=list)

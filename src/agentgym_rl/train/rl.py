@@ -19,8 +19,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..algos import (KL, AlgorithmSpec, HorizonSchedule, advantage_inputs, compute_advantages, discredit_turns, make_kl_controller,
-                     masked_mean, outcome_token_rewards, penalize_tokens, rl_objective)
+from ..algos import (KL, AlgorithmSpec, HorizonSchedule, add_at_tokens, advantage_inputs, compute_advantages,
+                     discredit_turns, make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens,
+                     rare_action_tokens, rl_objective)
 from ..config import RLConfig, from_dict, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
@@ -394,7 +395,8 @@ class RLTrainer(Trainer):
         # The penalties and the right-token loss need to know where rejected replies went wrong (and
         # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
-                  or self.algorithm.idle_turn_penalty is not None or self.algorithm.right_token_coef > 0)
+                  or self.algorithm.idle_turn_penalty is not None or self.algorithm.rare_action_bonus is not None
+                  or self.algorithm.right_token_coef > 0)
         reward = EpisodeReward.from_env(config.env)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate), reward)
@@ -944,7 +946,8 @@ class RLTrainer(Trainer):
     def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
                     metrics: dict[str, float]) -> Any:
         """Set `batch.advantages` (B, T) and `batch.returns` from the recipe's estimator, then
-        discredit the turns that cannot have helped; returns the estimator's output (its `keep`)."""
+        discredit the turns that cannot have helped and add the bonus of rare actions; returns
+        the estimator's output (its `keep`)."""
         mask = batch.loss_mask
         fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
         if spec.kl_in_reward:  # with the KL in the reward, kl_coef is β
@@ -966,6 +969,13 @@ class RLTrainer(Trainer):
             batch.advantages = penalize_tokens(batch.advantages, positions, penalty)
             metrics[metric.adv(f"{kind}_tokens_capped")] = capped
             metrics[metric.adv(tokens)] = sum(map(len, positions))  # how many were located
+        if spec.rare_action_bonus is not None:
+            positions, rare = rare_action_tokens([t.action_tokens for t in rows], [t.action_verbs for t in rows],
+                                                 spec.rare_action_share)
+            batch.advantages = add_at_tokens(batch.advantages, positions, spec.rare_action_bonus)
+            metrics[metric.adv("action_tokens")] = sum(len(t.action_tokens) for t in rows)
+            metrics[metric.adv("rare_action_tokens")] = sum(map(len, positions))
+            metrics[metric.adv("rare_verbs")] = len(rare)
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics[metric.ADV_TOKEN_ABS_MEAN] = masked_mean(batch.advantages.abs(), mask).item()

@@ -38,10 +38,12 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     **{k: ("an integer", _is_int) for k in ("group", "invalid_actions")},
     **{k: ("true or false", lambda v: isinstance(v, bool)) for k in ("success", "terminated", "truncated")},
     **{k: ("a list of integers", lambda v: isinstance(v, list) and all(map(_is_int, v)))
-       for k in ("input_ids", "loss_mask", "invalid_turns", "wrong_tokens", "idle_turns", "idle_tokens")},
+       for k in ("input_ids", "loss_mask", "invalid_turns", "wrong_tokens", "idle_turns", "idle_tokens",
+                 "action_tokens")},
     **{k: ("a list of numbers", lambda v: isinstance(v, list) and all(map(_is_number, v)))
        for k in ("logprobs", "turn_rewards")},
-    "state_keys": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    **{k: ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
+       for k in ("state_keys", "action_verbs")},
     "right_tokens": ("a list of lists of integers",
                      lambda v: isinstance(v, list) and all(isinstance(x, list) and all(map(_is_int, x)) for x in v)),
     "reward": ("a number", _is_number),
