@@ -393,3 +393,103 @@ def test_a_step_captured_mid_call_for_a_smaller_batch_keeps_the_rows_sampled_so_
         assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-6)
     assert graphed.compactions >= 2 and fake.replays > 0
     assert sorted(batch for _, batch in graphed._graphs)[:2] == [1, 2] and max(b for _, b in graphed._graphs) == 8
+
+
+def test_a_row_refilled_with_its_next_turn_mid_call_samples_what_turn_by_turn_calls_do(model, tiny_tokenizer):
+    """Five sampled episodes of 1 to 3 turns whose replies stop at different steps, played in one
+    call that refills each row as its reply ends: with its episode's next turn (the reply, then
+    new tokens), and for the last row, after its first turn, an unrelated prompt on another
+    stream (a waiting episode taking the slot). Every reply and logprob is HFGenerator's played
+    turn by turn, each next turn continues its slot's cache, and rows start turns while others are
+    mid-reply: fewer decoding steps than turn-by-turn calls."""
+    pad = tiny_tokenizer.pad_token_id
+    first, streams = [[20, 21, 22], [30, 31], [40, 41, 42, 43], [50], [60, 61]], [1, 2, 3, 4, 5]
+    turns = [3, 2, 3, 1, 2]
+    free = SlotGenerator(model, pad, [], 1.0, slots=8, max_len=256).generate(first, 12, streams=streams)
+    stops = sorted({g.ids[1] for g in free[:3]})
+
+    def next_prompt(i, turn, prompt, reply):
+        if i == 4:
+            return [90, 91, 92], 99
+        return prompt + reply.ids + [STOP, 70 + 10 * turn + i], streams[i]
+
+    # Turn by turn, each call waiting for its slowest reply.
+    hf = HFGenerator(model, pad, stops, 1.0, reuse_cache=True, threads=1)
+    expected, calls = [[] for _ in first], []
+    playing = {i: (prompt, stream) for i, (prompt, stream) in enumerate(zip(first, streams))}
+    while playing:
+        order = sorted(playing)
+        calls.append(([playing[i][0] for i in order], [playing[i][1] for i in order]))
+        for i, prompt, reply in zip(order, calls[-1][0], hf.generate(calls[-1][0], 12, streams=calls[-1][1])):
+            expected[i].append(reply)
+            del playing[i]
+            if len(expected[i]) < turns[i]:
+                playing[i] = next_prompt(i, len(calls) - 1, prompt, reply)
+    lockstep = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=256)
+    decoded_rows = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: decoded_rows.append(kwargs["input_ids"].shape[0])
+        if kwargs["input_ids"].shape[1] == 1 else None, with_kwargs=True)
+    try:
+        for prompts, stream_of in calls:
+            lockstep.generate(prompts, 12, streams=stream_of)
+        lockstep_steps = len(decoded_rows)
+        decoded_rows.clear()
+
+        got = [[] for _ in first]
+        prompts_now = list(first)
+
+        def refill(i, reply):
+            got[i].append(reply)
+            if len(got[i]) == turns[i]:
+                return None
+            prompt, stream = next_prompt(i, len(got[i]) - 1, prompts_now[i], reply)
+            prompts_now[i] = prompt
+            return prompt, stream
+
+        slots = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=256)
+        last = slots.generate(first, 12, streams=streams, refill=refill)
+        refilled_steps = len(decoded_rows)
+    finally:
+        hook.remove()
+    assert [len(g) for g in got] == turns and [g[-1] for g in got] == last
+    for mine, theirs in zip(got, expected):
+        assert _replies(mine) == _replies(theirs)
+        for a, b in zip(mine, theirs):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+    assert len({len(g.ids) for g in got[0]}) > 1 or len({len(g[0].ids) for g in got}) > 1  # replies of spread lengths
+    # Next turns continued their slots: all but the unrelated prompt reused the cached conversation.
+    assert slots.reused_columns == lockstep.reused_columns > 0
+    assert refilled_steps < lockstep_steps  # 25 against 33 when written
+
+
+def test_a_refilled_call_captures_a_wider_bucket_mid_call_and_keeps_the_eager_replies(model, tiny_tokenizer,
+                                                                                     monkeypatch):
+    """With the stand-in for torch.cuda: next turns 50 tokens longer than the first need a wider
+    context bucket in the middle of a refilling call; its step is captured there, and the replies
+    are the eager generator's."""
+    pad = tiny_tokenizer.pad_token_id
+    first, streams = [[20, 21, 22], [30, 31], [40, 41, 42, 43]], [1, 2, 3]
+
+    def refill_into(got):
+        def refill(i, reply):
+            got[i].append(reply)
+            if len(got[i]) == 2:
+                return None
+            return first[i] + reply.ids + [STOP] + [62] * 50, streams[i]
+        return refill
+
+    eager = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=160)
+    graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=160, cuda_graphs=True)
+    fake = _FakeCuda(graphed)
+    monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
+    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    expected, got = [[], [], []], [[], [], []]
+    eager.generate(first, 8, streams=streams, refill=refill_into(expected))
+    graphed.generate(first, 8, streams=streams, refill=refill_into(got))
+    for mine, theirs in zip(got, expected):
+        assert _replies(mine) == _replies(theirs) and len(mine) == 2
+        for a, b in zip(mine, theirs):
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)
+    assert {width for width, _ in graphed._graphs} == {64, 96} and fake.replays > 0

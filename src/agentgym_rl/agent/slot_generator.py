@@ -11,8 +11,8 @@ whatever else is in the batch.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable
 
 from .generator import Generation
 from .sampling import gumbel_noise, position_seeds
@@ -62,11 +62,14 @@ class _DecodeState:
         active: (B,) bool, the rows still replying.
         positions: (B,) int64, each row's position of its first new token (its streams' counter).
         streams: (B,) int64 sampling streams, or None (torch's random state).
-        step: () int64, the decoding step the next sample is.
+        step: (B,) int64, the tokens each row has recorded in its reply so far: the column of its
+            next one, and its offset from `positions` (rows may start replies at different steps
+            of a call: a row given its episode's next turn restarts at 0).
         last: (B,) int64, each row's last sampled id (fed at the next step where still active).
-        tokens, logprobs: (B, max_new_tokens) the sampled ids (padding after a row stopped) and
+        tokens, logprobs: (B, max_new_tokens + 1) the sampled ids (padding after a row stopped;
+            the last column is where a row that used all its tokens writes its padding) and
             their log-probabilities.
-        replied: (B,) int64, tokens each row recorded (its reply's length).
+        limit: () int64, the most tokens of a reply (a row that recorded as many stops).
         stops: (S,) int64, the ids that end a reply.
     """
 
@@ -78,11 +81,11 @@ class _DecodeState:
     last: Any
     tokens: Any
     logprobs: Any
-    replied: Any
+    limit: Any
     stops: Any
 
-    PER_SLOT = ("logits", "active", "positions", "streams", "last", "tokens", "logprobs", "replied")
-    """The fields with a row per slot (`step` and `stops` are shared)."""
+    PER_SLOT = ("logits", "active", "positions", "streams", "step", "last", "tokens", "logprobs")
+    """The fields with a row per slot (`limit` and `stops` are shared)."""
 
     def leading(self, rows: int) -> "_DecodeState":
         """The same state over its first `rows` rows: views, so a step over them writes here."""
@@ -109,9 +112,26 @@ class _DecodeState:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         return cls(logits=zeros(slots, vocab, dtype=torch.float32), active=zeros(slots, dtype=torch.bool),
-                   positions=zeros(slots), streams=zeros(slots) if streams else None, step=zeros(), last=zeros(slots),
-                   tokens=zeros(slots, max_new_tokens), logprobs=zeros(slots, max_new_tokens, dtype=torch.float32),
-                   replied=zeros(slots), stops=torch.tensor(stop_ids or [-1], dtype=torch.long, device=device))
+                   positions=zeros(slots), streams=zeros(slots) if streams else None, step=zeros(slots),
+                   last=zeros(slots), tokens=zeros(slots, max_new_tokens + 1),
+                   logprobs=zeros(slots, max_new_tokens + 1, dtype=torch.float32), limit=zeros(),
+                   stops=torch.tensor(stop_ids or [-1], dtype=torch.long, device=device))
+
+
+Refill = Callable[[int, Generation], "tuple[list[int], int | None] | None"]
+"""What a call that refills its rows asks when prompt i's reply ends: (prompt i's next prompt, the
+stream it samples from), which the row decodes next in the same call, or None when it is done."""
+
+
+@dataclass
+class _Turns:
+    """A refilling call's rows, host side: each prompt's current one, which still decode turns
+    (`live`), and each one's last reply once `refill` said it was done (`finals`)."""
+
+    prompts: list[list[int]]
+    refill: Refill
+    live: set[int]
+    finals: dict[int, Generation] = field(default_factory=dict)
 
 
 class SlotGenerator:
@@ -193,22 +213,35 @@ class SlotGenerator:
         self.reset()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, allowed: Any = None,
-                 streams: list[int] | None = None) -> list[Generation]:
-        """One reply per prompt (with `streams`, prompt i samples from stream i)."""
+                 streams: list[int] | None = None, refill: Refill | None = None) -> list[Generation]:
+        """One reply per prompt (with `streams`, prompt i samples from stream i).
+
+        With `refill`, a row whose reply ends (seen at a stop check) is handed to `refill(i,
+        reply)` and takes the prompt it returns, say its episode's next turn, in the same call:
+        its slot continues its cache, the new tokens but the last run at once, and the next
+        decoding step feeds that last one and samples the reply's first token, beside rows still
+        in the middle of theirs. Rows that end early do not wait for the others. Returns each
+        prompt's last reply (the one `refill` answered None to)."""
         if max_new_tokens < 1:
             return [Generation([], [], False) for _ in prompts]
         if allowed is not None:
             raise ValueError("a slot generator does not restrict replies to given sequences yet")
+        self._check_room(prompts, max_new_tokens)
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.slots):
+            chunk = prompts[start:start + self.slots]
+            turns = None if refill is None else _Turns(list(chunk), lambda i, g, at=start: refill(at + i, g),
+                                                       set(range(len(chunk))))
+            out += self._generate(chunk, max_new_tokens, None if streams is None else streams[start:start + self.slots],
+                                  turns)
+        return out
+
+    def _check_room(self, prompts: list[list[int]], max_new_tokens: int) -> None:
         room = self.max_len - 1  # the last column takes padding
         too_long = next((len(p) for p in prompts if len(p) + max_new_tokens > room), None)
         if too_long is not None:
             raise ValueError(f"a prompt of {too_long} tokens and {max_new_tokens} new ones pass the slots' "
                              f"{room} tokens")
-        out: list[Generation] = []
-        for start in range(0, len(prompts), self.slots):
-            out += self._generate(prompts[start:start + self.slots], max_new_tokens,
-                                  None if streams is None else streams[start:start + self.slots])
-        return out
 
     # ------------------------------------------------------------------ internals
     def _assign(self, prompts: list[list[int]]) -> list[int]:
@@ -263,7 +296,8 @@ class SlotGenerator:
         self._cache.batch = batch
         self.compactions += 1
 
-    def _generate(self, prompts: list[list[int]], max_new_tokens: int, streams: list[int] | None) -> list[Generation]:
+    def _generate(self, prompts: list[list[int]], max_new_tokens: int, streams: list[int] | None,
+                  turns: _Turns | None = None) -> list[Generation]:
         import torch
 
         device = next(self.model.parameters()).device
@@ -307,17 +341,86 @@ class SlotGenerator:
             # Decoding keeps every slot (the shapes a CUDA graph captures): the call's rows read
             # their prefill's logits, the others never record a token.
             state = self._decode_state(logits, sources, index, position, stream_rows, max_new_tokens, device)
-            steps = self._decode(state, max_new_tokens, rows, device)
-        index = torch.tensor(rows, device=device)  # where the rows ended up: compaction moves them
-        counts = state.replied[index].tolist()
-        tokens, scores = state.tokens[index, :steps].tolist(), state.logprobs[index, :steps].tolist()
-        replies = [row[:count] for row, count in zip(tokens, counts)]
-        logprobs = [row[:count] for row, count in zip(scores, counts)]
+            self._decode(state, max_new_tokens, rows, device, turns)
+            # Where the rows ended up (compaction moves them).
+            replies = self._read(state, rows, prompts) if turns is None else [turns.finals[i] for i in range(len(rows))]
         self.model.train(was_training)
-        for row, prompt, reply in zip(rows, prompts, replies):
-            self._held[row] = prompt + reply  # the cache holds all but the last sampled id
-        return [Generation(reply, logprob, reply[-1] in self.stop_ids if reply else False)
-                for reply, logprob in zip(replies, logprobs)]
+        return replies
+
+    def _read(self, state: "_DecodeState", rows: list[int], prompts: list[list[int]]) -> list[Generation]:
+        """The replies in `rows` (slots) of `state`; each slot's held ids become its prompt and
+        reply (its cache holds all of them but the last sampled id)."""
+        import torch
+
+        index = torch.tensor(rows, device=state.step.device)
+        counts = state.step[index].tolist()
+        width = max(counts, default=0)
+        tokens, scores = state.tokens[index, :width].tolist(), state.logprobs[index, :width].tolist()
+        out = []
+        for row, prompt, ids, logprobs, count in zip(rows, prompts, tokens, scores, counts):
+            self._held[row] = prompt + ids[:count]
+            out.append(Generation(ids[:count], logprobs[:count], count > 0 and ids[count - 1] in self.stop_ids))
+        return out
+
+    def _refill(self, state: "_DecodeState", rows: list[int], replying: list[bool], turns: _Turns,
+                max_new_tokens: int) -> bool:
+        """Hand each live row that stopped replying to `turns.refill` and admit the prompts it
+        returns (`_admit`); whether any was admitted."""
+        ended = [i for i in sorted(turns.live) if not replying[rows[i]]]
+        if not ended:
+            return False
+        admitted = []
+        for i, reply in zip(ended, self._read(state, [rows[i] for i in ended], [turns.prompts[i] for i in ended])):
+            turn = turns.refill(i, reply)
+            if turn is None:
+                turns.live.discard(i)
+                turns.finals[i] = reply
+            else:
+                turns.prompts[i] = turn[0]
+                admitted.append((rows[i], turn[0], turn[1]))
+        if admitted:
+            self._admit(state, admitted, max_new_tokens)
+        return bool(admitted)
+
+    def _admit(self, state: "_DecodeState", admitted: list[tuple[int, list[int], int | None]],
+               max_new_tokens: int) -> None:
+        """Start a reply in each (slot, prompt, stream) of `admitted` in the middle of a call: the
+        slot keeps the cached part of the prompt (its episode's earlier turns), its new tokens but
+        the last run through the model now, and the row is set to feed that last token at the
+        next decoding step, whose logits give the reply's first token, at the prompt's length in
+        the stream (as a call of its own would sample it). The context bucket grows if the
+        prompts need it."""
+        import torch
+
+        self._check_room([prompt for _, prompt, _ in admitted], max_new_tokens)
+        cache, device = self._cache, state.step.device
+        longest = max(len(prompt) for _, prompt, _ in admitted)
+        cache.width = max(cache.width, context_width(longest + max_new_tokens - 1, self.max_len))
+        lengths = cache.lengths.tolist()
+        suffixes = []
+        for row, prompt, _ in admitted:
+            kept = lengths[row]
+            if not (0 < kept < len(prompt) and prompt[:kept] == self._held[row][:kept]):
+                kept = 0  # not this slot's conversation: start it afresh
+                cache.lengths[row] = 0
+            suffixes.append(prompt[kept:])
+            self.reused_columns += kept
+            self.prefilled_columns += len(prompt) - kept
+        run = [(row, suffix[:-1]) for (row, _, _), suffix in zip(admitted, suffixes) if len(suffix) > 1]
+        if run:
+            width = max(len(ids) for _, ids in run)
+            ids = torch.full((len(run), width), self.pad_id, dtype=torch.long)
+            for place, (_, suffix) in enumerate(run):
+                ids[place, width - len(suffix):] = torch.tensor(suffix)
+            self._forward(ids.to(device), torch.tensor([len(suffix) for _, suffix in run], device=device),
+                          torch.tensor([row for row, _ in run], device=device))
+        index = torch.tensor([row for row, _, _ in admitted], device=device)
+        state.last[index] = torch.tensor([suffix[-1] for suffix in suffixes], device=device)
+        state.positions[index] = torch.tensor([len(prompt) for _, prompt, _ in admitted], device=device)
+        state.step[index] = 0
+        if state.streams is not None:
+            state.streams[index] = torch.tensor([stream or 0 for _, _, stream in admitted], device=device)
+        state.active[index] = True
 
     def _decode_state(self, logits: Any, sources: Any, index: Any, position: Any, streams: Any,
                       max_new_tokens: int, device: Any) -> "_DecodeState":
@@ -327,7 +430,7 @@ class SlotGenerator:
         import torch
 
         state = self._state
-        if (state is None or state.tokens.shape[1] < max_new_tokens or (streams is None) != (state.streams is None)
+        if (state is None or state.tokens.shape[1] <= max_new_tokens or (streams is None) != (state.streams is None)
                 or state.logits.shape[-1] != logits.shape[-1]):
             state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
                                                      self.stop_ids, device)
@@ -342,9 +445,9 @@ class SlotGenerator:
             state.streams.zero_()
             state.streams[index] = streams
         state.step.zero_()
+        state.limit.fill_(max_new_tokens)
         state.tokens.fill_(self.pad_id)
         state.logprobs.zero_()
-        state.replied.zero_()
         return state
 
     def _wants_graphs(self, device: Any) -> bool:
@@ -374,7 +477,6 @@ class SlotGenerator:
                 self._idle_steps(state, 2)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            state.step.zero_()
             with torch.cuda.graph(graph):
                 self._decode_step(state)
         except RuntimeError as error:
@@ -389,34 +491,37 @@ class SlotGenerator:
         padding it never keeps, so its cache and length stay as they were."""
         state.active.zero_()
         for _ in range(count):
-            state.step.zero_()
             self._decode_step(state)
 
-    def _decode(self, state: "_DecodeState", max_new_tokens: int, rows: list[int], device: Any) -> int:
-        """Sample up to `max_new_tokens` tokens a row into `state`, in place; returns the steps
-        run. The host looks at the rows only every `stop_check_every` steps (how many still
-        reply): in between, a step is device work alone, and a row that stopped only feeds
-        padding its slot never keeps. When those still replying fit a smaller batch bucket, they
+    def _decode(self, state: "_DecodeState", max_new_tokens: int, rows: list[int], device: Any,
+                turns: _Turns | None = None) -> None:
+        """Sample up to `max_new_tokens` tokens a row into `state`, in place. The host looks at
+        the rows only every `stop_check_every` steps (which still reply): in between, a step is
+        device work alone, and a row that stopped only feeds padding its slot never keeps. With
+        `turns`, a row that stopped is refilled there (`_refill`) and the call goes on until none
+        is refilled and none replies. When those still replying fit a smaller batch bucket, they
         are moved into it (`_compact`, `rows` follows them), so a call's last long replies do not
         decode every row of its start. The last token sampled is not fed back."""
         self._record(state.leading(self._cache.batch))
         graph = self._graph(state, device)
         steps = 1
-        while steps < max_new_tokens:
+        while turns is not None or steps < max_new_tokens:
             if steps % self.stop_check_every == 0:
                 self.host_checks += 1
-                replying = int(state.active[:self._cache.batch].sum())
-                if replying == 0:
+                replying = state.active[:self._cache.batch].tolist()
+                if turns is not None and self._refill(state, rows, replying, turns, max_new_tokens):
+                    replying = state.active[:self._cache.batch].tolist()
+                    graph = self._graph(state, device)  # the context bucket may have grown
+                if not any(replying):
                     break
-                if batch_bucket(replying, self.slots) < self._cache.batch:
-                    self._compact(state, rows, batch_bucket(replying, self.slots))
+                if batch_bucket(sum(replying), self.slots) < self._cache.batch:
+                    self._compact(state, rows, batch_bucket(sum(replying), self.slots))
                     graph = self._graph(state, device)
             if graph is not None:
                 graph.replay()
             else:
                 self._decode_step(state.leading(self._cache.batch))
             steps += 1
-        return steps
 
     def _graph(self, state: "_DecodeState", device: Any) -> Any:
         """The captured decoding step of the current (context, batch) bucket, captured now if it
@@ -442,13 +547,12 @@ class SlotGenerator:
         import torch
 
         chosen, logprobs = self._sample(state.logits, state.streams, state.positions + state.step)
-        column = state.step.expand(state.tokens.shape[0], 1)
+        column = state.step[:, None]
         state.tokens.scatter_(1, column, torch.where(state.active, chosen, self.pad_id)[:, None])
         state.logprobs.scatter_(1, column, torch.where(state.active, logprobs, 0.0)[:, None])
-        state.replied.add_(state.active.long())
-        state.active.logical_and_(~torch.isin(chosen, state.stops))
+        state.step.add_(state.active.long())
+        state.active.logical_and_(~torch.isin(chosen, state.stops) & (state.step < state.limit))
         state.last.copy_(chosen)
-        state.step.add_(1)
 
     def _forward(self, ids: Any, counts: Any, rows: Any = None) -> Any:
         """(B, V) float32 next-token logits after `ids` (B, Q), left-padded, `counts` real tokens
