@@ -493,3 +493,46 @@ def test_a_refilled_call_captures_a_wider_bucket_mid_call_and_keeps_the_eager_re
         for a, b in zip(mine, theirs):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-6)
     assert {width for width, _ in graphed._graphs} == {64, 96} and fake.replays > 0
+
+
+def test_an_engine_run_that_refills_rows_plays_the_lockstep_run(model, tiny_tokenizer):
+    """The rollout engine over the slot generator, 3 counter tasks x 2 samples with 4 rows:
+    `rollout.continuous_turns` plays the run in one generator call, each episode's next turn
+    (and, as episodes end, the two waiting ones) taking its row as its reply ends, and gives the
+    same trajectories as lock-step turns: each episode samples from its own stream. A waiting
+    episode's row takes the start of its prompt (the instruction, the same task's observation)
+    from another slot: fewer prompt tokens run than in lock-step, where each group is prefilled."""
+    from conftest import CounterEnv
+
+    from agentgym_rl.agent.chat import ChatEncoder
+    from agentgym_rl.config import RolloutConfig
+    from agentgym_rl.envs.tasks import Task
+    from agentgym_rl.rollout.engine import RolloutEngine
+    from agentgym_rl.rollout.policy import ModelPolicy
+
+    pad, encoder = tiny_tokenizer.pad_token_id, ChatEncoder(tiny_tokenizer)
+    tasks = [Task("counter", i, f"goal{1 + i % 3}") for i in range(3)]
+
+    def run(continuous: bool, stops: list[int]):
+        generator = SlotGenerator(model, pad, stops, 1.0, slots=4, max_len=1024)
+        calls = []
+        generate = generator.generate
+        generator.generate = lambda *args, **kwargs: calls.append(kwargs.get("refill")) or generate(*args, **kwargs)
+        engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=8, max_context=1024, max_envs=4,
+                                                         continuous_turns=continuous))
+        trajectories = engine.run(tasks, ModelPolicy(generator, encoder), max_turns=3, samples=2, sampling_seed=5)
+        return trajectories, calls, generator.prefilled_columns
+
+    free, _, _ = run(False, [encoder.end_of_turn_id])
+    replies = [t.input_ids[i] for t in free for i in range(1, len(t.loss_mask)) if t.loss_mask[i] and t.loss_mask[i - 1]]
+    stops = [encoder.end_of_turn_id, *sorted(set(replies[:3]))]  # tokens replies sample early: they stop at spread steps
+    lockstep, lockstep_calls, lockstep_prefilled = run(False, stops)
+    continuous, continuous_calls, continuous_prefilled = run(True, stops)
+    assert len(continuous_calls) == 1 and continuous_calls[0] is not None and len(lockstep_calls) >= 3
+    assert len(continuous) == len(lockstep) == 6
+    for mine, theirs in zip(continuous, lockstep):
+        assert (mine.item_id, mine.messages, mine.input_ids, mine.loss_mask, mine.turn_rewards) == (
+            theirs.item_id, theirs.messages, theirs.input_ids, theirs.loss_mask, theirs.turn_rewards)
+        assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    assert len({sum(t.loss_mask) for t in lockstep}) > 1  # episodes of different lengths
+    assert continuous_prefilled < lockstep_prefilled

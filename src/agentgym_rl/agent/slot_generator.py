@@ -168,6 +168,8 @@ class SlotGenerator:
     """
 
     restricts_replies = False
+    refills_rows = True
+    """`generate` takes `refill`: continuous admission (`rollout.continuous_turns`)."""
 
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
                  slots: int = 16, max_len: int = 2048, stop_check_every: int | None = None,
@@ -190,7 +192,8 @@ class SlotGenerator:
         self._graphs_failed = False
         self._cache: SlotCache | None = None
         self._held: list[list[int]] = [[] for _ in range(slots)]
-        """Each slot's ids, those in its cache first (`lengths` of them), then its last sampled id."""
+        """Each slot's ids, those in its cache first (`lengths` of them), then its last sampled id;
+        in the middle of a call, a replying row's prompt (its cache holds that and its reply so far)."""
         self.prefilled_columns = 0
         """Prompt tokens run through the model, summed over rows (padding not counted)."""
         self.reused_columns = 0
@@ -341,6 +344,8 @@ class SlotGenerator:
             # Decoding keeps every slot (the shapes a CUDA graph captures): the call's rows read
             # their prefill's logits, the others never record a token.
             state = self._decode_state(logits, sources, index, position, stream_rows, max_new_tokens, device)
+            for row, prompt in zip(rows, prompts):
+                self._held[row] = prompt  # what its cache holds, the reply aside (a refill may read it)
             self._decode(state, max_new_tokens, rows, device, turns)
             # Where the rows ended up (compaction moves them).
             replies = self._read(state, rows, prompts) if turns is None else [turns.finals[i] for i in range(len(rows))]
@@ -385,11 +390,13 @@ class SlotGenerator:
     def _admit(self, state: "_DecodeState", admitted: list[tuple[int, list[int], int | None]],
                max_new_tokens: int) -> None:
         """Start a reply in each (slot, prompt, stream) of `admitted` in the middle of a call: the
-        slot keeps the cached part of the prompt (its episode's earlier turns), its new tokens but
-        the last run through the model now, and the row is set to feed that last token at the
-        next decoding step, whose logits give the reply's first token, at the prompt's length in
-        the stream (as a call of its own would sample it). The context bucket grows if the
-        prompts need it."""
+        slot keeps the cached part of the prompt (its episode's earlier turns) or, for a prompt it
+        does not continue, takes the longest start of it another slot holds (the system prompt
+        and worked example every episode opens with, a group's first observation); the prompt's
+        other tokens but the last run through the model now, and the row is set to feed that last
+        token at the next decoding step, whose logits give the reply's first token, at the
+        prompt's length in the stream (as a call of its own would sample it). The context bucket
+        grows if the prompts need it."""
         import torch
 
         self._check_room([prompt for _, prompt, _ in admitted], max_new_tokens)
@@ -397,15 +404,26 @@ class SlotGenerator:
         longest = max(len(prompt) for _, prompt, _ in admitted)
         cache.width = max(cache.width, context_width(longest + max_new_tokens - 1, self.max_len))
         lengths = cache.lengths.tolist()
-        suffixes = []
+        busy = {row for row, _, _ in admitted}
+        suffixes, copies = [], []
         for row, prompt, _ in admitted:
-            kept = lengths[row]
-            if not (0 < kept < len(prompt) and prompt[:kept] == self._held[row][:kept]):
-                kept = 0  # not this slot's conversation: start it afresh
+            held = lengths[row]
+            kept = held if 0 < held < len(prompt) and prompt[:held] == self._held[row][:held] else 0
+            if kept == 0:  # not this slot's conversation
+                donor, kept = max(((slot, self._cached_start(slot, prompt, lengths[slot])) for slot in range(self.slots)
+                                   if slot not in busy), key=lambda pair: pair[1], default=(row, 0))
+                if kept:
+                    copies.append((donor, row, kept))
                 cache.lengths[row] = 0
             suffixes.append(prompt[kept:])
+            self._held[row] = prompt  # what its cache holds from now on, the reply aside
             self.reused_columns += kept
             self.prefilled_columns += len(prompt) - kept
+        if copies:
+            cache.copy_rows(torch.tensor([donor for donor, _, _ in copies], device=device),
+                            torch.tensor([row for _, row, _ in copies], device=device))
+            for _, row, kept in copies:
+                cache.lengths[row] = kept
         run = [(row, suffix[:-1]) for (row, _, _), suffix in zip(admitted, suffixes) if len(suffix) > 1]
         if run:
             width = max(len(ids) for _, ids in run)
@@ -492,6 +510,17 @@ class SlotGenerator:
         state.active.zero_()
         for _ in range(count):
             self._decode_step(state)
+
+    def _cached_start(self, slot: int, prompt: list[int], length: int) -> int:
+        """How many of `prompt`'s first ids `slot`'s cache holds (its `length` cached ids, the
+        first of which its held ids name), at most all but the last."""
+        import numpy as np
+
+        count = min(length, len(self._held[slot]), len(prompt) - 1)
+        if count <= 0:
+            return 0
+        differ = np.asarray(prompt[:count]) != np.asarray(self._held[slot][:count])
+        return int(differ.argmax()) if differ.any() else count
 
     def _decode(self, state: "_DecodeState", max_new_tokens: int, rows: list[int], device: Any,
                 turns: _Turns | None = None) -> None:

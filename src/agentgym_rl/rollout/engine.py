@@ -210,6 +210,11 @@ class RolloutEngine:
         if self.config.summarize and getattr(policy, "listed_actions_only", False):
             raise UserError("rollout.summarize asks for summaries, which replies restricted to the listed actions "
                             "cannot be; use one of them")
+        if (self.config.continuous_turns and getattr(policy, "plays_turns_continuously", False) and not fork
+                and journal is None and between_turns is None and not self.config.keep_turns):
+            with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
+                episodes = self._play_continuously(jobs, limit, policy, max_turns, seed, progress, pool)
+            return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
         saved = journal.load(signature) if journal is not None else None
         turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -259,6 +264,57 @@ class RolloutEngine:
                 self._write(journal, signature, episodes, jobs, started, pool)
         # Task by task, samples together (branches were added as their trunks reached the fork).
         return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+
+    def _play_continuously(self, jobs: list[tuple[Task, int, int, int]], limit: int, policy: Policy, max_turns: int,
+                           seed: int, progress: Callable[[int], Any] | None, pool: ThreadPoolExecutor) -> list[_Episode]:
+        """The run's episodes, `limit` at a time, in one call of the policy (`ModelPolicy.play`):
+        when an episode's reply ends, its environment steps and its next turn takes its row at
+        once, while the others are still in the middle of theirs; once it is done, the next
+        waiting episode takes the row. Each episode plays as in lock-step turns (`_run`): its
+        stream samples the same tokens whatever it is batched with."""
+        episodes: list[_Episode] = []
+        started = 0
+
+        def admitted(fresh: list[_Episode]) -> list[_Episode]:
+            """Those of `fresh` that can play; the others (a reset that failed, a first prompt
+            past the context) are done at once: retried or reported."""
+            episodes.extend(fresh)
+            self._retry_failed(fresh, jobs)
+            self._report([e for e in fresh if not e.dropped], progress)
+            return [e for e in fresh if not e.done]
+
+        def next_episode() -> _Episode | None:
+            nonlocal started
+            while started < len(jobs):
+                started += 1
+                playable = admitted([self._start(*jobs[started - 1], policy=policy, seed=seed)])
+                if playable:
+                    return playable[0]
+            return None
+
+        rows = admitted(list(pool.map(lambda job: self._start(*job, policy=policy, seed=seed), jobs[:limit])))
+        started = min(limit, len(jobs))
+        while len(rows) < limit and (episode := next_episode()) is not None:
+            rows.append(episode)
+        if not rows:
+            return episodes
+
+        def next_turn(row: int, reply: Reply) -> tuple[list[int], int | None] | None:
+            episode = rows[row]
+            self._take_reply(episode, reply, policy)
+            self._step(episode, reply, policy, max_turns)
+            if episode.done:
+                self._retry_failed([episode], jobs)
+                self._report([episode] if not episode.dropped else [], progress)
+                episode = next_episode()
+                if episode is None:
+                    return None
+                rows[row] = episode
+            return episode.ids + self._prefix, episode.stream
+
+        policy.play([e.ids + self._prefix for e in rows], self.config.max_new_tokens, next_turn,
+                    streams=None if self._sampling_seed is None else [e.stream for e in rows])
+        return episodes
 
     def _write(self, journal: Journal, signature: dict[str, Any], episodes: list[_Episode],
                jobs: list[tuple[Task, int, int, int]], started: int, pool: ThreadPoolExecutor) -> None:
@@ -468,19 +524,24 @@ class RolloutEngine:
                              conversations=[self._shown_messages(e) for e in active], **streams)
         if policy.encoder is not None:
             for episode, reply in zip(active, replies):
-                episode.turn_starts.append(len(episode.ids))
-                if prefix:  # context the reply continues from, not trained: part of the reply's text
-                    self._extend(episode, prefix, [0] * len(prefix), [0.0] * len(prefix))
-                    reply.text = self.config.reply_prefix + reply.text
-                ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)
-                if not reply.finished:
-                    # Close the turn so the conversation stays well-formed; not trained on.
-                    ids.append(policy.encoder.end_of_turn_id)
-                    mask.append(0)
-                    logprobs.append(0.0)
-                episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(reply.ids)
-                self._extend(episode, ids, mask, logprobs)
+                self._take_reply(episode, reply, policy)
         return replies
+
+    def _take_reply(self, episode: _Episode, reply: Reply, policy: Policy) -> None:
+        """Append a token policy's `reply` (after the reply prefix) to `episode`'s ids and record."""
+        prefix = self._prefix
+        episode.turn_starts.append(len(episode.ids))
+        if prefix:  # context the reply continues from, not trained: part of the reply's text
+            self._extend(episode, prefix, [0] * len(prefix), [0.0] * len(prefix))
+            reply.text = self.config.reply_prefix + reply.text
+        ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)
+        if not reply.finished:
+            # Close the turn so the conversation stays well-formed; not trained on.
+            ids.append(policy.encoder.end_of_turn_id)
+            mask.append(0)
+            logprobs.append(0.0)
+        episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(reply.ids)
+        self._extend(episode, ids, mask, logprobs)
 
     def _step(self, episode: _Episode, reply: Reply, policy: Policy, max_turns: int) -> None:
         record = episode.record

@@ -15,7 +15,7 @@ from __future__ import annotations
 import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..agent.chat import ChatEncoder
 from ..agent.generator import Generator
@@ -54,8 +54,9 @@ class Policy(Protocol):
 
     A policy may also define, optional: `max_batch`, the most episodes worth playing at once,
     `cache_bytes_per_token`, the memory each token of an episode in flight holds (its KV cache),
-    and `writes_summaries` (default True): False for one that never reads the conversation, which
-    `rollout.summarize` then does not ask for a summary.
+    `writes_summaries` (default True): False for one that never reads the conversation, which
+    `rollout.summarize` then does not ask for a summary, and `plays_turns_continuously` with
+    `play` (`ModelPolicy.play`): episodes turn after turn in one call (`rollout.continuous_turns`).
     """
 
     encoder: ChatEncoder | None
@@ -119,9 +120,25 @@ class ModelPolicy:
         options: dict[str, Any] = {} if streams is None else {"streams": streams}
         if self.listed_actions_only:
             options["allowed"] = [self._listed(env) for env in envs]
-        generations = self.generator.generate(prompts, max_new_tokens, **options)
-        return [Reply(self.encoder.decode_reply(g.ids), list(g.ids), list(g.logprobs), g.finished)
-                for g in generations]
+        return [self._reply(g) for g in self.generator.generate(prompts, max_new_tokens, **options)]
+
+    @property
+    def plays_turns_continuously(self) -> bool:
+        """Whether `play` can run: the generator refills a call's rows (the slot generator)."""
+        return getattr(self.generator, "refills_rows", False) and not self.listed_actions_only
+
+    def play(self, prompts: list[list[int]], max_new_tokens: int,
+             next_turn: Callable[[int, Reply], "tuple[list[int], int | None] | None"],
+             streams: list[int] | None = None) -> None:
+        """Episodes turn after turn in one generator call: when episode i's reply ends,
+        `next_turn(i, reply)` returns the ids its row continues with (its next turn, or another
+        episode's first) and their stream, or None when the row is done."""
+        options: dict[str, Any] = {} if streams is None else {"streams": streams}
+        self.generator.generate(prompts, max_new_tokens, refill=lambda i, g: next_turn(i, self._reply(g)), **options)
+
+    def _reply(self, generation: Any) -> Reply:
+        return Reply(self.encoder.decode_reply(generation.ids), list(generation.ids), list(generation.logprobs),
+                     generation.finished)
 
     def _listed(self, env: TextEnv) -> list[list[int]]:
         actions = env.available_actions()
