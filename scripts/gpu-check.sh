@@ -5,7 +5,8 @@
 #   2. torch sees a GPU (the first CUDA call: without one the script stops here, exit 3), then
 #      bench/decode_step.py: HFGenerator against the slot generator, eager and as CUDA graphs
 #      (checked equal first), bfloat16 (at most 5 minutes), then with replies of spread lengths;
-#   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation);
+#   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation),
+#      then the same with rollout.generator=slots (continuous turns over CUDA graphs);
 #   4. eval of its checkpoint on the GPU, and the README's one-GPU recipe with --smoke on it;
 #   5. torchrun with one process: an NCCL process group, the learner sharded by FSDP2 over it;
 #   6. serve-model on the GPU, and a greedy eval through it beside the in-process one.
@@ -67,6 +68,10 @@ SHORT=(model.tiny.num_kv_heads=2 model.corpus_episodes=40 warmup.episodes=40 war
        algo.tasks_per_step=2 algo.group_size=2 'schedule.horizons=[3]' train.steps=1 train.validate_every=1
        train.save_every=1 eval.episodes=4)
 step "${CLI[@]}" train configs/babyai_grpo.yaml "${GPU[@]}" "${SHORT[@]}" run.output_dir="$OUT" run.name=grpo
+# The slot generator end to end: the rollout and validation in continuous turns, each decoding
+# step a captured CUDA graph. A failure is reported and does not stop the checks.
+step "${CLI[@]}" train configs/babyai_grpo.yaml "${GPU[@]}" "${SHORT[@]}" rollout.generator=slots \
+    run.output_dir="$OUT" run.name=slots || echo "the GRPO step with rollout.generator=slots failed" >&2
 step "${CLI[@]}" eval --run "$OUT/grpo" --episodes 8 --max-turns 6 --temperature 0 "${GPU[@]}" --json "$OUT/eval.json"
 # The README's "your model on one GPU" command, the step's checkpoint standing in for the user's
 # model: run.device is auto there, so its first line must name the GPU.
