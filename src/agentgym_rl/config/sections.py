@@ -331,8 +331,8 @@ class RolloutConfig:
     of `max_context` tokens, allocated whole:
     the same replies as "hf"; the CUDA-graph backend: decoding steps stay on the device, run a
     batch bucket of the slots (the call's rows moved there, and into a smaller one as they stop)
-    and a context bucket of each and, on a GPU, replay as captured CUDA graphs; not yet run on a
-    GPU; not with LoRA, Ray workers or
+    and a context bucket of each and, on a GPU, replay as captured CUDA graphs; a rollout plays
+    in continuous turns (`continuous_turns`); not yet run on a GPU; not with LoRA, Ray workers or
     listed-action replies)."""
     generator_url: str | None = None
     """An OpenAI-compatible API root (`agentgym-rl serve-model`, vLLM's server), e.g.
