@@ -4,13 +4,15 @@ differing.
 
 Run by hand; its table goes into docs/BENCHMARKS.md with the date and machine.
 
-    python bench/continuous_turns.py [--model smollm2-135m-instruct] [--tasks 8] [--samples 4] [--turns 4]
-                                     [--rows 16] [--reps 2] [--temperature 0.8] [--device cpu]
+    python bench/continuous_turns.py [--model smollm2-135m-instruct] [--recipe free] [--tasks 8] [--samples 4]
+                                     [--turns 4] [--rows 16] [--reps 2] [--temperature 0.8] [--device cpu]
 
-The workload is the free-reply BabyAI recipe's (`configs/smollm2_babyai_grpo_free.yaml`): the
-system prompt, the listed actions, one worked example (babyai_91) and 48-token replies, `--tasks`
-training items x `--samples` samples from per-episode streams, `--rows` episodes in flight (the
-slots). In lock-step turns every episode's turn waits for the batch's longest reply and each
+The workload is a SmolLM2 BabyAI recipe's: `--recipe free` (`configs/smollm2_babyai_grpo_free.yaml`:
+the system prompt, the listed actions, one worked example, babyai_91, and 48-token replies) or
+`prefix` (`configs/smollm2_babyai_grpo.yaml`: replies of up to 16 tokens continued from
+"Action:"); `--tasks` training items x `--samples` samples from per-episode streams, `--rows`
+episodes in flight (the slots). `--model` takes a named model, a .gguf file or a model folder
+(on a GPU machine, SmolLM2's .gguf, `--device cuda`). In lock-step turns every episode's turn waits for the batch's longest reply and each
 turn is one generator call (its rows still replying move into smaller batch buckets as the
 others stop); continuously, an episode's next turn, or a waiting episode, takes its row as soon
 as its reply ends, in one call for the whole rollout. Columns: the rollout's seconds, generated
@@ -36,8 +38,10 @@ from agentgym_rl.rollout.engine import RolloutEngine
 
 
 def play(model, tokenizer, tasks, args, continuous: bool) -> dict:
-    rollout = RolloutConfig(max_new_tokens=48, max_context=args.max_context, system_prompt=True, example="babyai_91",
-                            example_turns=2, max_envs=args.rows, generator="slots", continuous_turns=continuous)
+    recipe = ({"max_new_tokens": 48, "example": "babyai_91", "example_turns": 2} if args.recipe == "free"
+              else {"max_new_tokens": 16, "reply_prefix": "Action:"})
+    rollout = RolloutConfig(max_context=args.max_context, system_prompt=True, max_envs=args.rows, generator="slots",
+                            continuous_turns=continuous, **recipe)
     policy = model_policy(model, tokenizer, args.temperature, rollout)
     rows = []
     hook = model.register_forward_pre_hook(
@@ -60,6 +64,7 @@ def play(model, tokenizer, tasks, args, continuous: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--recipe", choices=["free", "prefix"], default="free")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--turns", type=int, default=4)
@@ -83,7 +88,7 @@ def main() -> None:
     lockstep, continuous = results.values()
     same = all(a["ids"] == b["ids"] for a, b in zip(lockstep, continuous))
     print(f"\nmachine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.device}; "
-          f"{args.model}, BabyAI train items, {args.tasks} tasks x {args.samples} samples, at most {args.turns} turns "
+          f"{args.model}, the {args.recipe} recipe's replies, BabyAI train items, {args.tasks} tasks x {args.samples} samples, at most {args.turns} turns "
           f"({lockstep[0]['turns']} played), {args.rows} rows, T {args.temperature}; medians of {args.reps}; "
           f"trajectories equal: {same}")
     print("| turns | rollout (s) | generated tokens/s | decoding steps | rows a step |")
