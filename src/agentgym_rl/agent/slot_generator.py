@@ -407,19 +407,17 @@ class SlotGenerator:
         busy = {row for row, _, _ in admitted}
         suffixes, copies = [], []
         for row, prompt, _ in admitted:
-            held = lengths[row]
-            kept = held if 0 < held < len(prompt) and prompt[:held] == self._held[row][:held] else 0
-            if kept == 0:  # not this slot's conversation
-                donor, kept = max(((slot, self._cached_start(slot, prompt, lengths[slot])) for slot in range(self.slots)
-                                   if slot not in busy), key=lambda pair: pair[1], default=(row, 0))
-                if kept:
-                    copies.append((donor, row, kept))
-                cache.lengths[row] = 0
+            # The row's own slot first (its episode's next turn), else the slot holding the most.
+            donor, kept = max(((slot, self._cached_start(slot, prompt, lengths[slot])) for slot in range(self.slots)
+                               if slot == row or slot not in busy), key=lambda pair: (pair[1], pair[0] == row))
+            if donor != row:
+                copies.append((donor, row, kept))
+            cache.lengths[row] = kept
             suffixes.append(prompt[kept:])
             self._held[row] = prompt  # what its cache holds from now on, the reply aside
             self.reused_columns += kept
             self.prefilled_columns += len(prompt) - kept
-        if copies:
+        if copies:  # copy_rows gives each row its donor's length: the part it shares is kept
             cache.copy_rows(torch.tensor([donor for donor, _, _ in copies], device=device),
                             torch.tensor([row for _, row, _ in copies], device=device))
             for _, row, kept in copies:

@@ -305,7 +305,8 @@ class RolloutEngine:
             self._step(episode, reply, policy, max_turns)
             if episode.done:
                 self._retry_failed([episode], jobs)
-                self._report([episode] if not episode.dropped else [], progress)
+                if not episode.dropped:
+                    self._report([episode], progress)
                 episode = next_episode()
                 if episode is None:
                     return None
