@@ -448,7 +448,7 @@ def test_a_row_refilled_with_its_next_turn_mid_call_samples_what_turn_by_turn_ca
             return prompt, stream
 
         slots = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=256)
-        last = slots.generate(first, 12, streams=streams, refill=refill)
+        last = slots.generate(first, 12, streams=streams, refill=lambda ended: [refill(i, g) for i, g in ended])
         refilled_steps = len(decoded_rows)
     finally:
         hook.remove()
@@ -477,7 +477,7 @@ def test_a_refilled_call_captures_a_wider_bucket_mid_call_and_keeps_the_eager_re
             if len(got[i]) == 2:
                 return None
             return first[i] + reply.ids + [STOP] + [62] * 50, streams[i]
-        return refill
+        return lambda ended: [refill(i, reply) for i, reply in ended]
 
     eager = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=160)
     graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=160, cuda_graphs=True)

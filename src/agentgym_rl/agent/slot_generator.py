@@ -118,9 +118,11 @@ class _DecodeState:
                    stops=torch.tensor(stop_ids or [-1], dtype=torch.long, device=device))
 
 
-Refill = Callable[[int, Generation], "tuple[list[int], int | None] | None"]
-"""What a call that refills its rows asks when prompt i's reply ends: (prompt i's next prompt, the
-stream it samples from), which the row decodes next in the same call, or None when it is done."""
+Refill = Callable[[list[tuple[int, Generation]]], "list[tuple[list[int], int | None] | None]"]
+"""What a call that refills its rows asks at a stop check, given the (prompt index, reply) of each
+row whose reply ended since the last: for each, (its next prompt, the stream it samples from),
+which the row decodes next in the same call, or None when the row is done. Given together, so
+that their environments may step at once."""
 
 
 @dataclass
@@ -219,8 +221,8 @@ class SlotGenerator:
                  streams: list[int] | None = None, refill: Refill | None = None) -> list[Generation]:
         """One reply per prompt (with `streams`, prompt i samples from stream i).
 
-        With `refill`, a row whose reply ends (seen at a stop check) is handed to `refill(i,
-        reply)` and takes the prompt it returns, say its episode's next turn, in the same call:
+        With `refill`, a row whose reply ends (seen at a stop check) is handed to `refill([(i,
+        reply), ...])` and takes the prompt it returns, say its episode's next turn, in the same call:
         its slot continues its cache, the new tokens but the last run at once, and the next
         decoding step feeds that last one and samples the reply's first token, beside rows still
         in the middle of theirs. Rows that end early do not wait for the others. Returns each
@@ -233,8 +235,9 @@ class SlotGenerator:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.slots):
             chunk = prompts[start:start + self.slots]
-            turns = None if refill is None else _Turns(list(chunk), lambda i, g, at=start: refill(at + i, g),
-                                                       set(range(len(chunk))))
+            turns = None if refill is None else _Turns(
+                list(chunk), lambda ended, at=start: refill([(at + i, reply) for i, reply in ended]),
+                set(range(len(chunk))))
             out += self._generate(chunk, max_new_tokens, None if streams is None else streams[start:start + self.slots],
                                   turns)
         return out
@@ -374,9 +377,9 @@ class SlotGenerator:
         ended = [i for i in sorted(turns.live) if not replying[rows[i]]]
         if not ended:
             return False
+        replies = self._read(state, [rows[i] for i in ended], [turns.prompts[i] for i in ended])
         admitted = []
-        for i, reply in zip(ended, self._read(state, [rows[i] for i in ended], [turns.prompts[i] for i in ended])):
-            turn = turns.refill(i, reply)
+        for i, reply, turn in zip(ended, replies, turns.refill(list(zip(ended, replies)))):
             if turn is None:
                 turns.live.discard(i)
                 turns.finals[i] = reply

@@ -299,21 +299,27 @@ class RolloutEngine:
         if not rows:
             return episodes
 
-        def next_turn(row: int, reply: Reply) -> tuple[list[int], int | None] | None:
-            episode = rows[row]
-            self._take_reply(episode, reply, policy)
-            self._step(episode, reply, policy, max_turns)
-            if episode.done:
-                self._retry_failed([episode], jobs)
-                if not episode.dropped:
-                    self._report([episode], progress)
-                episode = next_episode()
-                if episode is None:
-                    return None
-                rows[row] = episode
-            return episode.ids + self._prefix, episode.stream
+        def next_turns(ended: list[tuple[int, Reply]]) -> list[tuple[list[int], int | None] | None]:
+            for row, reply in ended:
+                self._take_reply(rows[row], reply, policy)
+            # The environments step at once, as a lock-step turn's do.
+            list(pool.map(lambda pair: self._step(rows[pair[0]], pair[1], policy, max_turns), ended))
+            turns: list[tuple[list[int], int | None] | None] = []
+            for row, _ in ended:
+                episode = rows[row]
+                if episode.done:
+                    self._retry_failed([episode], jobs)
+                    if not episode.dropped:
+                        self._report([episode], progress)
+                    episode = next_episode()
+                    if episode is None:
+                        turns.append(None)
+                        continue
+                    rows[row] = episode
+                turns.append((episode.ids + self._prefix, episode.stream))
+            return turns
 
-        policy.play([e.ids + self._prefix for e in rows], self.config.max_new_tokens, next_turn,
+        policy.play([e.ids + self._prefix for e in rows], self.config.max_new_tokens, next_turns,
                     streams=None if self._sampling_seed is None else [e.stream for e in rows])
         return episodes
 

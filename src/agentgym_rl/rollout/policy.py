@@ -128,13 +128,15 @@ class ModelPolicy:
         return getattr(self.generator, "refills_rows", False) and not self.listed_actions_only
 
     def play(self, prompts: list[list[int]], max_new_tokens: int,
-             next_turn: Callable[[int, Reply], "tuple[list[int], int | None] | None"],
+             next_turns: Callable[[list[tuple[int, Reply]]], "list[tuple[list[int], int | None] | None]"],
              streams: list[int] | None = None) -> None:
-        """Episodes turn after turn in one generator call: when episode i's reply ends,
-        `next_turn(i, reply)` returns the ids its row continues with (its next turn, or another
-        episode's first) and their stream, or None when the row is done."""
+        """Episodes turn after turn in one generator call: given the (row, reply) of the rows
+        whose replies just ended, `next_turns` returns for each the ids its row continues with
+        (its next turn, or another episode's first) and their stream, or None when the row is
+        done."""
         options: dict[str, Any] = {} if streams is None else {"streams": streams}
-        self.generator.generate(prompts, max_new_tokens, refill=lambda i, g: next_turn(i, self._reply(g)), **options)
+        self.generator.generate(prompts, max_new_tokens, **options,
+                                refill=lambda ended: next_turns([(i, self._reply(g)) for i, g in ended]))
 
     def _reply(self, generation: Any) -> Reply:
         return Reply(self.encoder.decode_reply(generation.ids), list(generation.ids), list(generation.logprobs),
