@@ -536,3 +536,28 @@ def test_an_engine_run_that_refills_rows_plays_the_lockstep_run(model, tiny_toke
         assert mine.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
     assert len({sum(t.loss_mask) for t in lockstep}) > 1  # episodes of different lengths
     assert continuous_prefilled < lockstep_prefilled
+
+
+@pytest.mark.parametrize("windows", [True, False])
+def test_runs_that_cut_windows_or_load_weights_between_turns_play_lockstep_turns(model, tiny_tokenizer, windows):
+    """Context windows are cut, and partial rollouts load newer weights, between rounds of turns:
+    with either, a run over the slot generator plays turn by turn (each call without `refill`)
+    although `continuous_turns` is on."""
+    from conftest import CounterEnv
+
+    from agentgym_rl.agent.chat import ChatEncoder
+    from agentgym_rl.config import RolloutConfig
+    from agentgym_rl.envs.tasks import Task
+    from agentgym_rl.rollout.engine import RolloutEngine
+    from agentgym_rl.rollout.policy import ModelPolicy
+
+    encoder = ChatEncoder(tiny_tokenizer)
+    generator = SlotGenerator(model, tiny_tokenizer.pad_token_id, [encoder.end_of_turn_id], 1.0, slots=4, max_len=1024)
+    refills = []
+    generate = generator.generate
+    generator.generate = lambda *args, **kwargs: refills.append(kwargs.get("refill")) or generate(*args, **kwargs)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=4, max_context=1024, max_envs=4,
+                                                     keep_turns=1 if windows else 0))
+    trajectories = engine.run([Task("counter", 0, "goal1")], ModelPolicy(generator, encoder), max_turns=2, samples=2,
+                              sampling_seed=5, between_turns=None if windows else lambda: 0)
+    assert len(trajectories) == 2 and len(refills) >= 2 and set(refills) == {None}
