@@ -17,7 +17,7 @@ turn is one generator call (its rows still replying move into smaller batch buck
 others stop); continuously, an episode's next turn, or a waiting episode, takes its row as soon
 as its reply ends, in one call for the whole rollout. Columns: the rollout's seconds, generated
 tokens a second, decoding steps (forwards of one new token a row) and the rows they ran on
-average; medians of `--reps` interleaved repetitions. Both arms' trajectories are checked equal
+average, the prompt tokens run through the model and those read from a slot's cache instead; medians of `--reps` interleaved repetitions. Both arms' trajectories are checked equal
 (each episode samples from its own stream whatever it is batched with).
 """
 
@@ -58,6 +58,7 @@ def play(model, tokenizer, tasks, args, continuous: bool) -> dict:
     generated = sum(sum(t.loss_mask) for t in trajectories)
     return {"seconds": seconds, "tokens_per_s": generated / seconds, "steps": len(rows),
             "rows_per_step": sum(rows) / max(len(rows), 1), "ids": [t.input_ids for t in trajectories],
+            "prefilled": policy.generator.prefilled_columns, "reused": policy.generator.reused_columns,
             "turns": sum(len(t.turn_rewards) for t in trajectories)}
 
 
@@ -91,12 +92,12 @@ def main() -> None:
           f"{args.model}, the {args.recipe} recipe's replies, BabyAI train items, {args.tasks} tasks x {args.samples} samples, at most {args.turns} turns "
           f"({lockstep[0]['turns']} played), {args.rows} rows, T {args.temperature}; medians of {args.reps}; "
           f"trajectories equal: {same}")
-    print("| turns | rollout (s) | generated tokens/s | decoding steps | rows a step |")
-    print("|---|---|---|---|---|")
+    print("| turns | rollout (s) | generated tokens/s | decoding steps | rows a step | prompt tokens run | read from cache |")
+    print("|---|---|---|---|---|---|---|")
     for name, runs in results.items():
         print(f"| {name} | {statistics.median(r['seconds'] for r in runs):.1f} "
               f"| {statistics.median(r['tokens_per_s'] for r in runs):.1f} | {runs[0]['steps']} "
-              f"| {runs[0]['rows_per_step']:.1f} |")
+              f"| {runs[0]['rows_per_step']:.1f} | {runs[0]['prefilled']:,} | {runs[0]['reused']:,} |")
     print(f"continuous / lock-step time: "
           f"{statistics.median(r['seconds'] for r in continuous) / statistics.median(r['seconds'] for r in lockstep):.2f}")
 

@@ -561,3 +561,35 @@ def test_runs_that_cut_windows_or_load_weights_between_turns_play_lockstep_turns
     trajectories = engine.run([Task("counter", 0, "goal1")], ModelPolicy(generator, encoder), max_turns=2, samples=2,
                               sampling_seed=5, between_turns=None if windows else lambda: 0)
     assert len(trajectories) == 2 and len(refills) >= 2 and set(refills) == {None}
+
+
+def test_a_refilling_call_reads_the_context_its_live_rows_need(model, tiny_tokenizer):
+    """The context bucket follows the rows still playing: it widens for a turn 70 tokens longer
+    and narrows again once that episode is done, while another plays on with short turns."""
+    pad = tiny_tokenizer.pad_token_id
+    first, turns, widths = [[20, 21, 22], [30, 31]], [2, 6], []
+    slots = SlotGenerator(model, pad, [STOP], 1.0, slots=2, max_len=256)
+
+    def refill(i, reply, played={0: 0, 1: 0}):
+        played[i] += 1
+        if played[i] == turns[i]:
+            return None
+        extra = [62] * 70 if i == 0 else [63]
+        return first[i] + reply.ids + [STOP] + extra, i + 1
+
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: widths.append(slots._cache.width) if kwargs["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
+    try:
+        slots.generate(first, 4, streams=[1, 2], refill=lambda ended: [refill(i, g) for i, g in ended])
+    finally:
+        hook.remove()
+    assert widths[0] == 64 and 96 in widths and widths[-1] == 64
+
+
+def test_the_slot_generator_attends_with_grouped_heads_uncopied(tiny_tokenizer):
+    from agentgym_rl.agent.attention import NAME
+
+    fresh = build_model(tiny_tokenizer, SHAPE, seed=0)
+    SlotGenerator(fresh, tiny_tokenizer.pad_token_id, [STOP], slots=1)
+    assert fresh.config._attn_implementation == NAME

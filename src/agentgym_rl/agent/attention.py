@@ -149,7 +149,7 @@ def use_grouped_attention(model: Any) -> None:
     the CPU); other implementations (eager, flash, a LoRA wrapper's base set otherwise) are left.
     Saved checkpoints do not record the choice: their config.json has no attention implementation."""
     base = getattr(model, "get_base_model", lambda: model)()
-    if getattr(base.config, "_attn_implementation", None) != "sdpa":
+    if getattr(getattr(base, "config", None), "_attn_implementation", None) != "sdpa":
         return
     register_grouped_attention()
     base.set_attn_implementation(NAME)

@@ -176,6 +176,9 @@ class SlotGenerator:
     def __init__(self, model: Any, pad_id: int, stop_ids: list[int], temperature: float = 1.0,
                  slots: int = 16, max_len: int = 2048, stop_check_every: int | None = None,
                  cuda_graphs: bool | None = None):
+        from .attention import use_grouped_attention
+
+        use_grouped_attention(model)  # a slot step always has a mask: no copies of grouped key/value heads for it
         self.model, self.pad_id, self.stop_ids, self.temperature = model, pad_id, list(stop_ids), temperature
         self.slots, self.max_len = slots, max_len
         if stop_check_every is None:  # a check is cheap on the CPU, where each step waits anyway
@@ -372,8 +375,9 @@ class SlotGenerator:
 
     def _refill(self, state: "_DecodeState", rows: list[int], replying: list[bool], turns: _Turns,
                 max_new_tokens: int) -> bool:
-        """Hand each live row that stopped replying to `turns.refill` and admit the prompts it
-        returns (`_admit`); whether any was admitted."""
+        """Hand each live row that stopped replying to `turns.refill`, set the context bucket to
+        what the live rows' prompts need (it shrinks as long episodes end) and admit the prompts
+        `refill` returns (`_admit`); whether any row ended."""
         ended = [i for i in sorted(turns.live) if not replying[rows[i]]]
         if not ended:
             return False
@@ -386,26 +390,26 @@ class SlotGenerator:
             else:
                 turns.prompts[i] = turn[0]
                 admitted.append((rows[i], turn[0], turn[1]))
+        self._check_room([prompt for _, prompt, _ in admitted], max_new_tokens)
+        if turns.live:  # a replying row writes up to len(prompt) + max_new_tokens - 1 columns
+            longest = max(len(turns.prompts[i]) for i in turns.live)
+            self._cache.width = context_width(longest + max_new_tokens - 1, self.max_len)
         if admitted:
-            self._admit(state, admitted, max_new_tokens)
-        return bool(admitted)
+            self._admit(state, admitted)
+        return True
 
-    def _admit(self, state: "_DecodeState", admitted: list[tuple[int, list[int], int | None]],
-               max_new_tokens: int) -> None:
+    def _admit(self, state: "_DecodeState", admitted: list[tuple[int, list[int], int | None]]) -> None:
         """Start a reply in each (slot, prompt, stream) of `admitted` in the middle of a call: the
         slot keeps the cached part of the prompt (its episode's earlier turns) or, for a prompt it
         does not continue, takes the longest start of it another slot holds (the system prompt
         and worked example every episode opens with, a group's first observation); the prompt's
         other tokens but the last run through the model now, and the row is set to feed that last
         token at the next decoding step, whose logits give the reply's first token, at the
-        prompt's length in the stream (as a call of its own would sample it). The context bucket
-        grows if the prompts need it."""
+        prompt's length in the stream (as a call of its own would sample it), within the context
+        bucket `_refill` set."""
         import torch
 
-        self._check_room([prompt for _, prompt, _ in admitted], max_new_tokens)
         cache, device = self._cache, state.step.device
-        longest = max(len(prompt) for _, prompt, _ in admitted)
-        cache.width = max(cache.width, context_width(longest + max_new_tokens - 1, self.max_len))
         lengths = cache.lengths.tolist()
         busy = {row for row, _, _ in admitted}
         suffixes, copies = [], []
@@ -541,7 +545,7 @@ class SlotGenerator:
                 replying = state.active[:self._cache.batch].tolist()
                 if turns is not None and self._refill(state, rows, replying, turns, max_new_tokens):
                     replying = state.active[:self._cache.batch].tolist()
-                    graph = self._graph(state, device)  # the context bucket may have grown
+                    graph = self._graph(state, device)  # the context bucket may have changed
                 if not any(replying):
                     break
                 if batch_bucket(sum(replying), self.slots) < self._cache.batch:
