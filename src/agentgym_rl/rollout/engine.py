@@ -210,11 +210,8 @@ class RolloutEngine:
         if self.config.summarize and getattr(policy, "listed_actions_only", False):
             raise UserError("rollout.summarize asks for summaries, which replies restricted to the listed actions "
                             "cannot be; use one of them")
-        if (self.config.continuous_turns and getattr(policy, "plays_turns_continuously", False) and not fork
-                and journal is None and between_turns is None and not self.config.keep_turns):
-            with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
-                episodes = self._play_continuously(jobs, limit, policy, max_turns, seed, progress, pool)
-            return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+        if self._continuous(policy, fork, journal, between_turns):
+            return _records(self._play_continuously(jobs, limit, policy, max_turns, seed, progress))
         saved = journal.load(signature) if journal is not None else None
         turns = 0
         with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
@@ -262,11 +259,22 @@ class RolloutEngine:
                     self._write(journal, signature, episodes, jobs, started, pool)
             if journal is not None:  # the whole run: played again (same key), it is read, not played
                 self._write(journal, signature, episodes, jobs, started, pool)
-        # Task by task, samples together (branches were added as their trunks reached the fork).
-        return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+        return _records(episodes)
+
+    def _continuous(self, policy: Policy, fork: int, journal: Journal | None,
+                    between_turns: Callable[[], int] | None) -> bool:
+        """Whether the run plays in continuous turns (`rollout.continuous_turns`): forks,
+        journals, context windows and partial rollouts work between rounds of lock-step turns."""
+        return (self.config.continuous_turns and getattr(policy, "plays_turns_continuously", False) and not fork
+                and journal is None and between_turns is None and not self.config.keep_turns)
 
     def _play_continuously(self, jobs: list[tuple[Task, int, int, int]], limit: int, policy: Policy, max_turns: int,
-                           seed: int, progress: Callable[[int], Any] | None, pool: ThreadPoolExecutor) -> list[_Episode]:
+                           seed: int, progress: Callable[[int], Any] | None) -> list[_Episode]:
+        with ThreadPoolExecutor(max_workers=self.config.env_workers) as pool:
+            return self._play_in_pool(jobs, limit, policy, max_turns, seed, progress, pool)
+
+    def _play_in_pool(self, jobs: list[tuple[Task, int, int, int]], limit: int, policy: Policy, max_turns: int,
+                      seed: int, progress: Callable[[int], Any] | None, pool: ThreadPoolExecutor) -> list[_Episode]:
         """The run's episodes, `limit` at a time, in one call of the policy (`ModelPolicy.play`):
         when an episode's reply ends, its environment steps and its next turn takes its row at
         once, while the others are still in the middle of theirs; once it is done, the next
@@ -753,6 +761,12 @@ class RolloutEngine:
             finished = sum(1 for e in episodes if e.done)
             if finished:
                 progress(finished)
+
+
+def _records(episodes: list[_Episode]) -> list[Trajectory]:
+    """The episodes' trajectories task by task, samples together (branches were added as their
+    trunks reached the fork), without the dropped attempts."""
+    return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
 
 
 def _test_tasks(env_id: str) -> list[Task]:
