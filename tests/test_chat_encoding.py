@@ -94,6 +94,23 @@ class IdlingCounterEnv(CounterEnv):
         return super().step(action)
 
 
+class KindCounterEnv(CounterEnv):
+    """CounterEnv whose infos name the kind of action taken, as BabyAI's do."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        return observation, reward, terminated, truncated, {**info, "action_kind": "increment"}
+
+
+def test_the_engine_records_the_kind_the_environment_names_over_the_first_word():
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["Action: count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(KindCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=True))
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert trajectory.action_verbs == ["increment"] and len(trajectory.action_tokens) == 1
+
+
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_turns_that_changed_nothing_and_where_their_action_began(locate):
     tokenizer = make_tokenizer("qwen2.5")

@@ -107,8 +107,9 @@ class AlgorithmSpec:
         ge=0)
     rare_action_bonus: float | None = setting(
         None, "null: off. A number b > 0: an exploration bonus at the action level. The step's accepted actions "
-        "that reached a new state are counted by the word they begin with (`Trajectory.action_verbs`: \"go\", "
-        "\"pickup\", \"toggle\"); the first token of each action whose word makes up at most rare_action_share of "
+        "that reached a new state are counted by kind (`Trajectory.action_verbs`: the environment's "
+        "info[\"action_kind\"], BabyAI's \"go to\", \"pickup\", \"toggle\", else the action's first word); the first "
+        "token of each action whose kind makes up at most rare_action_share of "
         "them gets +b on its advantage (`algos.rare_action_tokens`). A verb the policy seldom writes and no outcome "
         "has rewarded yet keeps being tried instead of losing its mass to the rewarded one (docs/RESULTS.md: "
         "SmolLM2's \"pickup\" on BabyAI).", ge=0)

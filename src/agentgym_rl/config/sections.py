@@ -351,7 +351,8 @@ class RolloutConfig:
     (`Trajectory.wrong_tokens`) and the tokens that would have continued one there
     (`Trajectory.right_tokens`); on an accepted turn that changed nothing, the token its action
     begins at (`Trajectory.idle_tokens`); on the other accepted turns, the token their action
-    begins at and its first word (`Trajectory.action_tokens`, `action_verbs`). The RL trainer
+    begins at and its kind (`Trajectory.action_tokens`, `action_verbs`: the environment's
+    `info["action_kind"]`, else the action's first word). The RL trainer
     turns this on for `algo.invalid_turn_penalty`, `algo.idle_turn_penalty`,
     `algo.rare_action_bonus` and `algo.right_token_coef`."""
     reply_prefix: str = ""

@@ -27,6 +27,9 @@ class TextEnv(ABC):
     says why and the turn still counts). An environment that can name its true state adds
     `state_key` (str) to every info, reset's included: equal keys within one item mean the same
     state (GiGPO compares the turns taken from one state); its `EnvSpec` sets `state_keys`.
+    One that parses actions into kinds may add `action_kind` (str) to `step`'s info: the kind
+    of action it took ("pickup" for "pick up" and "pickup"), which `algo.rare_action_bonus`
+    counts; without it the action's first word stands in.
     """
 
     env_id: str = ""

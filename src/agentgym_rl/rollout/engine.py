@@ -602,7 +602,7 @@ class RolloutEngine:
             located = located_action(episode.reply_ids, self._reply_decoder(policy))
             if located is not None:
                 record.action_tokens.append(episode.reply_start + located[1])
-                record.action_verbs.append(action_verb(located[0]))
+                record.action_verbs.append(str(info.get("action_kind") or action_verb(located[0])))
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated
         record.truncated = truncated or (not terminated and record.turns >= max_turns)

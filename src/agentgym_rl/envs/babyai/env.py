@@ -137,6 +137,7 @@ class BabyAIEnv(TextEnv):
             **self._info,
             "success": success,
             "invalid_action": outcome.error is not None,
+            "action_kind": command.verb if command is not None else "",
             "primitive_steps": len(outcome.primitives),
             "state_key": self.state_key(),
         }
