@@ -1,0 +1,142 @@
+"""A training run's steps and validations as the Markdown tables docs/RESULTS.md shows.
+
+From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
+sampled success, groups whose rewards differ, the share of actions the environment refused, the
+accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
+for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
+per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
+category, refused actions, mean turns and the kinds of action the greedy replies wrote (the
+worked example's turns left out); and each validation paired item by item with the first.
+
+    python bench/run_table.py runs/free_rare_s1 [--kinds 4]
+
+Run by hand, in seconds; the tables go into docs/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import yaml
+
+from agentgym_rl import metric_names as metric
+from agentgym_rl.envs.babyai.actions import parse_action
+from agentgym_rl.envs.parsing import action_verb, extract_action
+from agentgym_rl.errors import UserError
+from agentgym_rl.eval.metrics import change_sentence
+from agentgym_rl.jsonlines import read_json_lines
+
+
+def action_kind(env_id: str, reply: str) -> str:
+    """The kind of action a reply wrote, as `info["action_kind"]` names it (BabyAI's parser), else
+    its first word."""
+    if "action:" not in reply.lower():
+        return "(no Action: line)"
+    action = extract_action(reply) or ""
+    if env_id == "babyai":
+        command = parse_action(action)
+        return command.verb if command is not None else "(not an action)"
+    return action_verb(action) or "(empty)"
+
+
+def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the per-step table: one column per step with saved trajectories."""
+    metrics = {row["step"]: row for row in read_json_lines(run / "metrics.jsonl") if "step" in row}
+    files = sorted((run / "trajectories").glob("step_*.jsonl"))
+    if not files:
+        raise UserError(f"{run / 'trajectories'} holds no step_*.jsonl: was the run trained with "
+                        "train.save_trajectories?")
+    steps, columns, kinds_total = [], [], collections.Counter()
+    for path in files:
+        step = int(path.stem.split("_")[1])
+        episodes = list(read_json_lines(path))
+        rewards: dict[int, set[float]] = collections.defaultdict(set)
+        for e in episodes:
+            rewards[e.get("group", 0)].add(float(e.get("reward", 0.0)))
+        turns = sum(e.get("turns", len(e.get("turn_rewards", []))) for e in episodes)
+        kinds = collections.Counter(k for e in episodes for k in e.get("action_verbs", []))
+        kinds_total.update(kinds)
+        m = metrics.get(step, {})
+        columns.append({
+            "sampled success": f"{100 * sum(e['success'] for e in episodes) / len(episodes):.0f}%",
+            "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
+            "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
+            "kinds": kinds,
+            "tokens given the bonus": str(int(m.get("adv/rare_action_tokens", 0))),
+            "step (s): rollout + update": f"{m.get(metric.TIME_ROLLOUT_S, 0):.0f} + {m.get(metric.TIME_UPDATE_S, 0):.0f}",
+        })
+        steps.append(step)
+    shown = [k for k, _ in kinds_total.most_common(kinds_shown)]
+    header = [f"step ({len(episodes)} episodes)"] + [str(s) for s in steps]
+    labels = ["sampled success", "groups whose rewards differ", "refused actions"]
+    rows = [[label] + [c[label] for c in columns] for label in labels]
+    if shown:
+        rows.append([f"accepted actions: {' / '.join(shown)}"]
+                    + [" / ".join(str(c["kinds"][k]) for k in shown) for c in columns])
+        rows.append(["tokens given the bonus"] + [c["tokens given the bonus"] for c in columns])
+    rows.append(["step (s): rollout + update"] + [c["step (s): rollout + update"] for c in columns])
+    return header, rows
+
+
+def validation_row(name: str, episodes: list[dict], example_turns: int, categories: list[str],
+                   kinds_shown: int) -> list[str]:
+    """One validation's row: success, solved per category, refused actions, mean turns, kinds written."""
+    solved = collections.Counter(e.get("category", "") for e in episodes if e["success"])
+    turns = sum(e.get("turns", 0) for e in episodes)
+    refused = sum(e.get("invalid_actions", 0) for e in episodes)
+    kinds = collections.Counter()
+    for e in episodes:
+        replies = [m["content"] for m in e["messages"] if m["role"] == "assistant"][example_turns:]
+        kinds.update(action_kind(e.get("env_id", ""), r) for r in replies)
+    wins = sum(e["success"] for e in episodes)
+    return [name, f"{100 * wins / len(episodes):.1f}% ({wins})"] + [str(solved[c]) for c in categories] + [
+        f"{100 * refused / max(turns, 1):.0f}% ({refused:,} of {turns:,})", f"{turns / len(episodes):.1f}",
+        ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="the run folder (runs/<name>)")
+    parser.add_argument("--kinds", type=int, default=4, help="kinds of action shown (the most frequent)")
+    args = parser.parse_args(argv)
+    try:
+        if not (args.run / "metrics.jsonl").is_file():
+            raise UserError(f"{args.run} is not a run folder (no metrics.jsonl)")
+        config = yaml.safe_load((args.run / "config.yaml").read_text()) or {}
+        rollout = config.get("rollout") or {}
+        examples = rollout.get("example") or []
+        example_turns = (len(examples) if isinstance(examples, list) else 1) * int(rollout.get("example_turns") or 0)
+        header, rows = step_rows(args.run, args.kinds)
+        print(markdown(header, rows), end="\n\n")
+        validations = [(path.name, list(read_json_lines(path)))
+                       for path in sorted((args.run / "validation").glob("step_*.jsonl"))]
+        if not validations:
+            return 0
+        categories = sorted({e.get("category", "") for _, eps in validations for e in eps},
+                            key=lambda c: -sum(e.get("category", "") == c for e in validations[0][1]))
+        header = ["greedy validation", "success"] + [
+            f"{c} ({sum(e.get('category', '') == c for e in validations[0][1])})" for c in categories] + [
+            "refused actions", "mean turns", "actions written"]
+        print(markdown(header, [validation_row(name, eps, example_turns, categories, args.kinds + 2)
+                                for name, eps in validations]), end="\n\n")
+        first_name, first = validations[0]
+        for name, eps in validations[1:]:
+            before = {e["item_id"]: float(e["success"]) for e in first}
+            after = {e["item_id"]: float(e["success"]) for e in eps}
+            print(f"{name} against {first_name}: {change_sentence(before, after)}")
+    except (UserError, OSError, ValueError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`bench/run_table.py`: a run folder's steps and validations as RESULTS' tables, counted by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_table.py"
+
+
+def load_module():
+    spec = importlib.util.spec_from_file_location("run_table", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_lines(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def episode(item: str, success: bool, group: int = 0, replies: tuple[str, ...] = (), **fields) -> dict:
+    messages = [{"role": "user", "content": "goal"}]
+    for reply in replies:
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": "next"}]
+    return {"env_id": "babyai", "item_id": item, "category": "GoTo" if item != "babyai_2" else "Pickup",
+            "group": group, "success": success, "reward": float(success), "messages": messages, **fields}
+
+
+def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
+    write_lines(run / "metrics.jsonl", [{"step": 1, "time/rollout_s": 10.4, "time/update_s": 5.0,
+                                         "adv/rare_action_tokens": 3}])
+    # Group 0's rewards differ, group 1's tie; 2 of 8 turns refused; kinds: go to 3, pickup 2, toggle 1.
+    write_lines(run / "trajectories" / "step_000001.jsonl", [
+        episode("babyai_0", True, 0, turns=2, invalid_actions=1, action_verbs=["go to", "pickup"]),
+        episode("babyai_0", False, 0, turns=2, invalid_actions=0, action_verbs=["go to", "toggle"]),
+        episode("babyai_1", False, 1, turns=2, invalid_actions=1, action_verbs=["go to"]),
+        episode("babyai_1", False, 1, turns=2, invalid_actions=0, action_verbs=["pickup"]),
+    ])
+    # The worked example's one turn ("go to grey ball 1") is left out of the kinds written.
+    example = "Action: go to grey ball 1"
+    write_lines(run / "validation" / "step_000000.jsonl", [
+        episode("babyai_0", True, replies=(example, "Action: go to red ball 1"), turns=1, invalid_actions=0),
+        episode("babyai_1", False, replies=(example, "Action: dance", "I think"), turns=2, invalid_actions=2),
+        episode("babyai_2", False, replies=(example, "Action: pick up"), turns=1, invalid_actions=1),
+    ])
+    write_lines(run / "validation" / "step_000001.jsonl", [
+        episode("babyai_0", True, replies=(example, "Action: pickup red ball 1"), turns=1, invalid_actions=0),
+        episode("babyai_1", True, replies=(example, "Action: go to red ball 1"), turns=1, invalid_actions=0),
+        episode("babyai_2", True, replies=(example, "Action: pickup grey key 1"), turns=1, invalid_actions=0),
+    ])
+    assert load_module().main([str(run), "--kinds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| sampled success | 25% |" in out
+    assert "| groups whose rewards differ | 1 of 2 |" in out
+    assert "| refused actions | 25% |" in out
+    assert "| accepted actions: go to / pickup | 3 / 2 |" in out
+    assert "| tokens given the bonus | 3 |" in out
+    assert "| step (s): rollout + update | 10 + 5 |" in out
+    assert "| greedy validation | success | GoTo (2) | Pickup (1) | refused actions | mean turns | actions written |" in out
+    assert ("| step_000000.jsonl | 33.3% (1) | 1 | 0 | 75% (3 of 4) | 1.3 | go to 1, (not an action) 1, "
+            "(no Action: line) 1, pickup 1 |") in out
+    assert "| step_000001.jsonl | 100.0% (3) | 2 | 1 | 0% (0 of 3) | 1.0 | pickup 2, go to 1 |" in out
+    assert "step_000001.jsonl against step_000000.jsonl: +66.7 points: 2 items gained, 0 lost" in out
+
+
+def test_a_folder_without_a_run_is_one_line(tmp_path, capsys):
+    assert load_module().main([str(tmp_path)]) == 2
+    assert "not a run folder" in capsys.readouterr().err
