@@ -5,8 +5,10 @@ sampled success, groups whose rewards differ, the share of actions the environme
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
-category, refused actions, mean turns and the kinds of action the greedy replies wrote (the
-worked example's turns left out); and each validation paired item by item with the first.
+category, refused actions, mean turns, the replies that repeat the one before word for word (greedy
+decoding that meets the same observation again writes the same reply) and the kinds of action
+the greedy replies wrote (the worked example's turns left out); and each validation paired item
+by item with the first.
 
     python bench/run_table.py runs/free_rare_s1 [--kinds 4]
 
@@ -83,18 +85,22 @@ def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
 
 def validation_row(name: str, episodes: list[dict], example_turns: int, categories: list[str],
                    kinds_shown: int) -> list[str]:
-    """One validation's row: success, solved per category, refused actions, mean turns, kinds written."""
+    """One validation's row: success, solved per category, refused actions, mean turns, repeated
+    replies, kinds written."""
     solved = collections.Counter(e.get("category", "") for e in episodes if e["success"])
     turns = sum(e.get("turns", 0) for e in episodes)
     refused = sum(e.get("invalid_actions", 0) for e in episodes)
     kinds = collections.Counter()
+    repeated = followers = 0
     for e in episodes:
         replies = [m["content"] for m in e["messages"] if m["role"] == "assistant"][example_turns:]
         kinds.update(action_kind(e.get("env_id", ""), r) for r in replies)
+        repeated += sum(before == after for before, after in zip(replies, replies[1:]))
+        followers += max(len(replies) - 1, 0)
     wins = sum(e["success"] for e in episodes)
     return [name, f"{100 * wins / len(episodes):.1f}% ({wins})"] + [str(solved[c]) for c in categories] + [
         f"{100 * refused / max(turns, 1):.0f}% ({refused:,} of {turns:,})", f"{turns / len(episodes):.1f}",
-        ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
+        f"{100 * repeated / max(followers, 1):.0f}% ({repeated:,} of {followers:,})", ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -124,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                             key=lambda c: -sum(e.get("category", "") == c for e in validations[0][1]))
         header = ["greedy validation", "success"] + [
             f"{c} ({sum(e.get('category', '') == c for e in validations[0][1])})" for c in categories] + [
-            "refused actions", "mean turns", "actions written"]
+            "refused actions", "mean turns", "replies repeating the last", "actions written"]
         print(markdown(header, [validation_row(name, eps, example_turns, categories, args.kinds + 2)
                                 for name, eps in validations]), end="\n\n")
         first_name, first = validations[0]

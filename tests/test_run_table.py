@@ -46,7 +46,8 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     example = "Action: go to grey ball 1"
     write_lines(run / "validation" / "step_000000.jsonl", [
         episode("babyai_0", True, replies=(example, "Action: go to red ball 1"), turns=1, invalid_actions=0),
-        episode("babyai_1", False, replies=(example, "Action: dance", "I think"), turns=2, invalid_actions=2),
+        episode("babyai_1", False, replies=(example, "Action: dance", "I think", "I think"), turns=3,
+                invalid_actions=2),
         episode("babyai_2", False, replies=(example, "Action: pick up"), turns=1, invalid_actions=1),
     ])
     write_lines(run / "validation" / "step_000001.jsonl", [
@@ -62,10 +63,11 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
     assert "| tokens given the bonus | 3 |" in out
     assert "| step (s): rollout + update | 10 + 5 |" in out
-    assert "| greedy validation | success | GoTo (2) | Pickup (1) | refused actions | mean turns | actions written |" in out
-    assert ("| step_000000.jsonl | 33.3% (1) | 1 | 0 | 75% (3 of 4) | 1.3 | go to 1, (not an action) 1, "
-            "(no Action: line) 1, pickup 1 |") in out
-    assert "| step_000001.jsonl | 100.0% (3) | 2 | 1 | 0% (0 of 3) | 1.0 | pickup 2, go to 1 |" in out
+    assert ("| greedy validation | success | GoTo (2) | Pickup (1) | refused actions | mean turns | "
+            "replies repeating the last | actions written |") in out
+    assert ("| step_000000.jsonl | 33.3% (1) | 1 | 0 | 60% (3 of 5) | 1.7 | 50% (1 of 2) | "
+            "(no Action: line) 2, go to 1, (not an action) 1, pickup 1 |") in out
+    assert "| step_000001.jsonl | 100.0% (3) | 2 | 1 | 0% (0 of 3) | 1.0 | 0% (0 of 0) | pickup 2, go to 1 |" in out
     assert "step_000001.jsonl against step_000000.jsonl: +66.7 points: 2 items gained, 0 lost" in out
 
 
