@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 # run.device defaults to "auto": the tests hide any GPU (before torch looks), so that they, and the
 # commands they start, give the same numbers on a machine with one.
@@ -22,6 +25,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # holds). One thread each, in the commands the tests start too.
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def bench_script(name: str) -> ModuleType:
+    """The script `bench/<name>.py` loaded as a module (bench/ is no package; its scripts import
+    each other, so bench/ is on the path while one loads)."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH))
+    return module
+
 
 CORPUS = [
     "Your goal: go to the red ball. You see a red ball 1 and a grey key 2 steps in front of you.",

@@ -3,26 +3,22 @@ BabyAI items, scored over one shared prompt, and the per-category table."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import bench_script
 
 from agentgym_rl.agent.tiny import build_model
 from agentgym_rl.config import TinyModelConfig
 
 REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "bench" / "action_odds.py"
 SMALL = TinyModelConfig(vocab_size=400, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("action_odds", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("action_odds")
 
 
 def test_replies_scored_over_a_shared_prompt_equal_whole_sequences(tiny_tokenizer):

@@ -4,18 +4,14 @@ environment, and the table it sets a validation file beside."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "babyai_headroom.py"
+from conftest import bench_script
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("babyai_headroom", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("babyai_headroom")
 
 
 def test_items_solved_at_once_or_after_a_turn():

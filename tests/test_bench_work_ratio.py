@@ -3,24 +3,14 @@ continued cache, by hand on one two-turn episode."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from conftest import bench_script
 
 
 def test_work_ratio_by_hand():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("rollout_vs_trl", BENCH / "rollout_vs_trl.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
+    module = bench_script("rollout_vs_trl")
     # replies at positions 3-4 and 7-9. Turn 1: both run the 3-token prompt and 2 replies
     # (5 columns; 3²/2 + 2·3 = 10.5 pairs). Turn 2: TRL runs the 7-token prompt and 3 replies
     # (10 columns; 7²/2 + 3·7 = 45.5), we run 2 new tokens and 3 replies against 5 kept

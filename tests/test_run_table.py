@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "run_table.py"
+from conftest import bench_script
 
 
 def load_module():
-    spec = importlib.util.spec_from_file_location("run_table", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("run_table")
 
 
 def write_lines(path: Path, rows: list[dict]) -> None:

@@ -3,21 +3,15 @@ seeds, and success per category with Avg@k / Pass@k; a finished run gains only w
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "strong_agent.py"
+from conftest import bench_script
 
 
 @pytest.fixture(scope="module")
 def study():
-    spec = importlib.util.spec_from_file_location("strong_agent", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("strong_agent")
 
 
 def run(seed, warmup, final, wall_min=10.0, by_category=None):
