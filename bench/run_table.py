@@ -46,7 +46,10 @@ def action_kind(env_id: str, reply: str) -> str:
 
 def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the per-step table: one column per step with saved trajectories."""
-    metrics = {row["step"]: row for row in read_json_lines(run / "metrics.jsonl") if "step" in row}
+    metrics: dict[int, dict] = collections.defaultdict(dict)
+    for row in read_json_lines(run / "metrics.jsonl"):  # a validation logs its own row for the step
+        if "step" in row:
+            metrics[row["step"]].update(row)
     files = sorted((run / "trajectories").glob("step_*.jsonl"))
     if not files:
         raise UserError(f"{run / 'trajectories'} holds no step_*.jsonl: was the run trained with "
