@@ -268,6 +268,28 @@ def test_with_a_sampling_seed_an_episode_samples_the_same_in_any_batch(tiny_toke
     assert alone[0].input_ids != alone[1].input_ids and alone[0].input_ids != other_seed[0].input_ids
 
 
+
+def test_greedy_samples_play_the_first_of_each_group_as_a_greedy_run_does(tiny_tokenizer):
+    """With greedy_samples=1, each task's first sample is the episode a greedy policy plays and its
+    second the one the sampled run plays; without a sampling seed it is refused."""
+    from agentgym_rl.agent.tiny import build_model
+    from agentgym_rl.rollout.backends import model_policy
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=512))
+    config = RolloutConfig(max_new_tokens=8, threads=1)
+    tasks = [Task("counter", i, "c") for i in range(2)]
+    sampled_policy = model_policy(model, tiny_tokenizer, 1.0, config)
+    with RolloutEngine(CounterEnv, config) as engine:
+        mixed = engine.run(tasks, sampled_policy, 3, samples=2, sampling_seed=11, greedy_samples=1)
+        sampled = engine.run(tasks, sampled_policy, 3, samples=2, sampling_seed=11)
+        greedy = engine.run(tasks, model_policy(model, tiny_tokenizer, 0.0, config), 3)
+        with pytest.raises(ValueError, match="sampling_seed"):
+            engine.run(tasks, sampled_policy, 3, samples=2, greedy_samples=1)
+    assert [t.input_ids for t in mixed[0::2]] == [t.input_ids for t in greedy]
+    assert [t.input_ids for t in mixed[1::2]] == [t.input_ids for t in sampled[1::2]]
+    assert [t.input_ids for t in sampled[0::2]] != [t.input_ids for t in greedy]
+
 def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped(tiny_tokenizer, tmp_path):
     """The policy fails on its 4th turn (as a killed process would stop): the journal, written every
     turn, holds the episodes of turn 3. A new engine given it continues them, restoring each

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from agentgym_rl.agent.generator import HFGenerator
-from agentgym_rl.agent.sampling import StreamSampler, episode_stream, gumbel_noise, position_seed, position_seeds
+from agentgym_rl.agent.sampling import (GREEDY_STREAM, StreamSampler, episode_stream, gumbel_noise, position_seed,
+                                        position_seeds, stream_noise)
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 
 
@@ -127,3 +128,39 @@ def test_off_the_cpu_the_noise_is_made_for_all_rows_at_once():
     seeds = torch.tensor([position_seed(7, p) for p in range(9)])
     assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=9), gumbel_noise(seeds, 40))
     assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=1), gumbel_noise(seeds, 40))
+
+
+def test_a_greedy_stream_gets_no_noise_and_the_others_theirs():
+    streams, positions = torch.tensor([GREEDY_STREAM, 42]), torch.tensor([5, 5])
+    noise = stream_noise(streams, positions, 16)
+    assert torch.equal(noise[0], torch.zeros(16, dtype=torch.float64))
+    assert torch.equal(noise[1], gumbel_noise(position_seeds(streams[1:], positions[1:]), 16)[0])
+
+
+@pytest.mark.parametrize("kind", ["hf", "slots"])
+def test_a_greedy_row_among_sampled_ones_decodes_greedily_with_the_tempered_logprobs(tiny_tokenizer, kind):
+    """`algo.greedy_samples`' episodes: in a sampled batch, the row of `GREEDY_STREAM` writes what a
+    greedy generator writes, its logprobs those of softmax(logits / T) (as the learner scores
+    them), and its batch-mate samples what it samples alone."""
+    from agentgym_rl.agent.slot_generator import SlotGenerator
+
+    model = build_model(tiny_tokenizer, TinyModelConfig(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                                       intermediate_size=64, max_positions=128))
+    end, pad = tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id
+
+    def generator(temperature):
+        if kind == "slots":
+            return SlotGenerator(model, pad, [end], temperature, slots=4, max_len=64)
+        return HFGenerator(model, pad, [end], temperature=temperature, threads=1, reuse_cache=False)
+
+    mine, other = [5, 6, 7, 8, 9, 10], [11, 12, 13]
+    greedy = generator(0.0).generate([mine], 12)[0]
+    sampled = generator(0.7)
+    batched = sampled.generate([mine, other], 12, streams=[GREEDY_STREAM, 42])
+    assert batched[0].ids == greedy.ids
+    assert batched[1].ids == sampled.generate([other], 12, streams=[42])[0].ids
+    assert sampled.generate([mine], 12, streams=[42])[0].ids != greedy.ids  # a sampled row would differ
+    with torch.no_grad():
+        logits = model(torch.tensor([mine + greedy.ids])).logits[0, len(mine) - 1:-1].float()
+    tempered = (logits / 0.7).log_softmax(-1).gather(-1, torch.tensor(greedy.ids)[:, None]).squeeze(-1)
+    assert batched[0].logprobs == pytest.approx(tempered.tolist(), abs=1e-4)

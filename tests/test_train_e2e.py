@@ -882,3 +882,34 @@ def test_a_bfloat16_copy_of_a_lora_model_trains_and_resumes(tmp_path, counter_en
     rows = [json.loads(line) for line in (tmp_path / "bf16_lora" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows if "train/success" in row] == [1, 2]
     assert all(row["update/trajectories"] > 0 for row in rows if "train/success" in row)
+
+
+def test_greedy_samples_reach_the_training_rollouts_and_clashes_are_refused(tmp_path, counter_env_registered,
+                                                                             monkeypatch):
+    """`algo.greedy_samples` is handed to each step's rollout (the engine plays those samples
+    greedily: test_rollout_engine), not to validation; a value that leaves no sampled episode,
+    or a backend, Ray workers or forks that cannot honour it, are refused before any work."""
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.rollout.engine import RolloutEngine
+    from agentgym_rl.train.rl import RLTrainer, not_alongside
+
+    asked: list[tuple[int, int]] = []
+    original = RolloutEngine.run
+
+    def run(self, tasks, policy, max_turns, samples=1, *args, greedy_samples=0, **kwargs):
+        asked.append((samples, greedy_samples))
+        return original(self, tasks, policy, max_turns, samples, *args, greedy_samples=greedy_samples, **kwargs)
+
+    monkeypatch.setattr(RolloutEngine, "run", run)
+    config = toy_config(tmp_path, "algo.group_size=2", "algo.greedy_samples=1", "train.steps=1",
+                        "train.validate_every=1", "eval.episodes=2")
+    RLTrainer(config, log=lambda _: None).fit()
+    assert (2, 1) in asked and all(greedy == 0 for samples, greedy in asked if samples == 1)
+    with pytest.raises(UserError, match="greedy_samples .2. must leave a sampled episode"):
+        load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", ["algo.group_size=2", "algo.greedy_samples=2"])
+    for setting, says in (("rollout.generator=vllm", "rollout.generator: vllm"),
+                          ("rollout.fork_at=1", "rollout.fork_at"),
+                          ("rollout.workers=1", "Ray rollout workers (rollout.workers)")):
+        assert not_alongside(toy_config(tmp_path, "algo.greedy_samples=1", setting), 1) == \
+            f"algo.greedy_samples does not run with {says} yet: drop one of the two"

@@ -17,6 +17,11 @@ from typing import Any
 
 MASK64 = (1 << 64) - 1
 
+GREEDY_STREAM = -1
+"""The stream of an episode played greedily among sampled ones (`algo.greedy_samples`): its row
+gets no noise, so it takes the argmax, as a greedy evaluation does, and its log-probabilities
+are still those of softmax(logits / T), as the learner scores it. `episode_stream` never gives it."""
+
 
 def episode_stream(seed: int, item_id: str, sample: int) -> int:
     """The random stream of sample `sample` of task `item_id` in a run sampled with `seed`: a
@@ -65,6 +70,14 @@ def position_seeds(streams: Any, positions: Any) -> Any:
     return _shift_right(z, 1, scratch)
 
 
+def stream_noise(streams: Any, positions: Any, size: int) -> Any:
+    """(B, size) float64 Gumbel noise of each row's stream at its position (`gumbel_noise` of
+    `position_seeds`), zero on the rows whose stream is `GREEDY_STREAM`. streams, positions: (B,)
+    int64 tensors; no value is read on the host (a CUDA graph can hold it)."""
+    noise = gumbel_noise(position_seeds(streams, positions), size)
+    return noise.masked_fill_((streams == GREEDY_STREAM).unsqueeze(1), 0.0)
+
+
 def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None, rows_at_once: int | None = None) -> Any:
     """(len(seeds), size) float64 standard Gumbel noise; row i is a function of seeds[i] alone.
     `seeds`: Python ints, or a (B,) int64 tensor (`position_seeds`; its device is used).
@@ -107,7 +120,7 @@ class StreamSampler:
     softmax(scores / temperature) over the scores it receives.
 
     Args:
-        streams: one stream per row (`episode_stream`).
+        streams: one stream per row (`episode_stream`, or `GREEDY_STREAM` for a row decoded greedily).
         positions: where in its episode each row's first new token goes (its prompt's length).
         temperature: > 0.
     """
@@ -131,7 +144,7 @@ class StreamSampler:
         streams, positions = self._rows
         step = len(self.logprobs)
         tempered = scores.float() / self.temperature
-        noise = gumbel_noise(position_seeds(streams, positions + step), scores.shape[-1])
+        noise = stream_noise(streams, positions + step, scores.shape[-1])
         noised = tempered.double() + noise
         chosen = noised.argmax(-1, keepdim=True)
         self.logprobs.append(tempered.log_softmax(-1).gather(-1, chosen).squeeze(-1))

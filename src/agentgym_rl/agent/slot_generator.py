@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 
 from .generator import Generation
-from .sampling import gumbel_noise, position_seeds
+from .sampling import stream_noise
 from .slot_cache import SlotCache
 
 
@@ -610,7 +610,7 @@ class SlotGenerator:
             return chosen, logprobs.gather(-1, chosen[:, None]).squeeze(-1)
         tempered = logits / self.temperature
         if streams is not None:
-            chosen = (tempered.double() + gumbel_noise(position_seeds(streams, positions), logits.shape[-1])).argmax(-1)
+            chosen = (tempered.double() + stream_noise(streams, positions, logits.shape[-1])).argmax(-1)
         else:
             chosen = torch.multinomial(tempered.softmax(-1), 1).squeeze(-1)
         return chosen, tempered.log_softmax(-1).gather(-1, chosen[:, None]).squeeze(-1)

@@ -29,6 +29,13 @@ class AlgoRunConfig:
     temperature: PositiveFloat = 1.0
     """Sampling temperature of the rollouts; the learner scores softmax(logits / temperature),
     the policy that sampled them."""
+    greedy_samples: NonNegative = 0
+    """Of each group's `group_size` samples, how many (the first) are played greedily, as a
+    greedy evaluation plays the task, the others sampled at `temperature`. A small instruct
+    model's greedy replies repeat a failed one turn after turn (docs/RESULTS.md); in a group
+    another sample solved, the greedy episode's advantage is negative on the very tokens greedy
+    decoding picks. Their log-probabilities are those of softmax(logits / temperature), as the
+    learner scores them. Needs a generator in this process (`rollout.generator`: hf or slots)."""
     minibatch_size: Positive = 64
     """Trajectories per optimizer step."""
     kl_control: Literal["fixed", "adaptive"] = "fixed"
@@ -86,6 +93,9 @@ class AlgoRunConfig:
         if self.dynamic_sampling and not grouped:
             raise ValueError(f"dynamic_sampling refills groups whose rewards tie; {self.name}'s advantage does not "
                              "compare a task's samples (use grpo, gigpo, rloo or loop, or dynamic_sampling: 0)")
+        if self.greedy_samples >= self.group_size:
+            raise ValueError(f"greedy_samples ({self.greedy_samples}) must leave a sampled episode in each group of "
+                             f"{self.group_size}: lower it or raise group_size")
         if grouped and self.group_size < 2:
             raise ValueError(f"group_size must be >= 2 for {self.name}: its advantage compares the samples of "
                              f"a task, and a group of {self.group_size} has nothing to compare (no update at all)")

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..agent.sampling import episode_stream
+from ..agent.sampling import GREEDY_STREAM, episode_stream
 from ..config import RolloutConfig
 from ..envs import registry
 from ..envs.base import TextEnv
@@ -110,6 +110,7 @@ class RolloutEngine:
         self._prefix: list[int] = []  # rollout.reply_prefix's ids for the current run
         self._example: list[dict[str, Any]] = []  # rollout.example's messages, played once
         self._sampling_seed: int | None = None  # the current run's
+        self._greedy_samples = 0  # the current run's
 
     def __enter__(self) -> RolloutEngine:
         return self
@@ -135,7 +136,8 @@ class RolloutEngine:
 
     def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int, samples: int = 1, seed: int = 0,
             progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None,
-            journal: Journal | None = None, between_turns: Callable[[], int] | None = None) -> list[Trajectory]:
+            journal: Journal | None = None, between_turns: Callable[[], int] | None = None,
+            greedy_samples: int = 0) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
@@ -159,6 +161,9 @@ class RolloutEngine:
             between_turns: called before each round of replies (partial rollouts: it may load
                 newer weights into the policy, which drops their KV caches); returns the policy
                 version that writes them, recorded per turn (`Trajectory.turn_versions`).
+            greedy_samples: of each task's samples, how many (the first) decode greedily, the
+                others sampled from their streams (`agent.sampling.GREEDY_STREAM`; needs
+                `sampling_seed` and a generator that reads streams).
         Returns:
             trajectories ordered task by task, samples together.
         """
@@ -170,12 +175,14 @@ class RolloutEngine:
             # uninterrupted one, and nothing would say so.
             raise ValueError("a journal needs sampling_seed for a sampling policy: resumed episodes "
                              "must continue their own random streams")
+        if greedy_samples and sampling_seed is None:
+            raise ValueError("greedy_samples marks episodes by their random stream: it needs sampling_seed")
         # Weights change between runs (a learner update), and the same first prompts recur (each
         # validation replays the same items), so a generator's kept KV cache must not outlive a
         # run. Within a run the weights are fixed, so the run boundary is the only reset needed.
         policy.reset()
         try:
-            self._sampling_seed = sampling_seed
+            self._sampling_seed, self._greedy_samples = sampling_seed, greedy_samples
             return self._run(tasks, policy, max_turns, samples, seed, progress, journal, between_turns)
         finally:
             policy.reset()  # also frees the cache's memory between runs
@@ -204,6 +211,8 @@ class RolloutEngine:
                      "locate_wrong_tokens": self.config.locate_wrong_tokens,
                      "temperature": _temperature(policy),
                      "example": [self.config.example, self.config.example_turns] if self.config.example else None}
+        if self._greedy_samples:  # as below, only when set
+            signature["greedy_samples"] = self._greedy_samples
         if self.config.keep_turns:  # only then: a journal written before these settings existed still matches
             signature["context"] = [self.config.keep_turns, self.config.window_turns, self.config.summarize,
                                     self.config.summary_tokens, self.config.summary_prompt]
@@ -446,6 +455,8 @@ class RolloutEngine:
     def _stream(self, task: Task, sample: int) -> int | None:
         if self._sampling_seed is None:
             return None
+        if sample < self._greedy_samples:
+            return GREEDY_STREAM
         return episode_stream(self._sampling_seed, task.item_id, sample)
 
     def _start(self, task: Task, group: int, attempt: int, sample: int, *, policy: Policy, seed: int) -> _Episode:

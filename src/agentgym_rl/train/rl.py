@@ -231,8 +231,9 @@ def per_env_metrics(prefix: str, stats: Summary) -> dict[str, float]:
 
 
 def not_alongside(config: RLConfig, world: int) -> str | None:
-    """Why `train.asynchronous`, `rollout.journal_every` or `rollout.dtype: bfloat16` cannot run
-    with the rest of the run (`world` processes under torchrun); None when nothing clashes."""
+    """Why `train.asynchronous`, `rollout.journal_every`, `rollout.dtype: bfloat16` or
+    `algo.greedy_samples` cannot run with the rest of the run (`world` processes under torchrun);
+    None when nothing clashes."""
     workers, torchrun = "Ray rollout workers (rollout.workers)", "torchrun"
     backend = backend_of(config.rollout)
     for feature, on, clashes in (
@@ -248,7 +249,11 @@ def not_alongside(config: RLConfig, world: int) -> str | None:
             ("rollout.dtype: bfloat16", config.rollout.dtype == "bfloat16",
              {"algo.recompute_old_logprobs: false": not config.algo.recompute_old_logprobs, torchrun: world > 1,
               workers: config.rollout.workers > 0,
-              f"rollout.generator: {backend.name}": not backend.in_process})):
+              f"rollout.generator: {backend.name}": not backend.in_process}),
+            # Only the in-process samplers read GREEDY_STREAM; a fork's branches share the trunk's sample 0.
+            ("algo.greedy_samples", config.algo.greedy_samples > 0,
+             {workers: config.rollout.workers > 0, f"rollout.generator: {backend.name}": not backend.in_process,
+              "rollout.fork_at": config.rollout.fork_at > 0})):
         clash = next((name for name, present in clashes.items() if present), None) if on else None
         if clash:
             return f"{feature} does not run with {clash} yet: drop one of the two"
@@ -526,7 +531,8 @@ class RLTrainer(Trainer):
         cfg = self.config
         if self.workers is None:
             return self.engine.run(tasks, self.policy, horizon, samples=cfg.algo.group_size, seed=cfg.run.seed,
-                                   sampling_seed=sampling_seed, journal=journal, between_turns=between_turns)
+                                   sampling_seed=sampling_seed, journal=journal, between_turns=between_turns,
+                                   greedy_samples=cfg.algo.greedy_samples)
         return self.workers.run(tasks, horizon, cfg.algo.group_size, cfg.run.seed, sampling_seed)
 
     def _out_of_time(self, fit_began: float, step_s: float, step: int) -> bool:
