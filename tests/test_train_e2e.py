@@ -892,7 +892,8 @@ def test_greedy_samples_reach_the_training_rollouts_and_clashes_are_refused(tmp_
     from agentgym_rl.config import RLConfig, load_config
     from agentgym_rl.errors import UserError
     from agentgym_rl.rollout.engine import RolloutEngine
-    from agentgym_rl.train.rl import RLTrainer, not_alongside
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer, greedy_success, not_alongside
 
     asked: list[tuple[int, int]] = []
     original = RolloutEngine.run
@@ -906,6 +907,12 @@ def test_greedy_samples_reach_the_training_rollouts_and_clashes_are_refused(tmp_
                         "train.validate_every=1", "eval.episodes=2")
     RLTrainer(config, log=lambda _: None).fit()
     assert (2, 1) in asked and all(greedy == 0 for samples, greedy in asked if samples == 1)
+    rows = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    assert 0 <= next(row for row in rows if "train/success" in row)["train/greedy_success"] <= 1
+    # By hand: the first episode of each group is its greedy one; 1 of these 2 succeeded.
+    played = [Trajectory(env_id="c", item_id=str(group), category="", group=group, success=success)
+              for group, success in ((0, True), (0, False), (1, False), (1, True))]
+    assert greedy_success(played, 1) == 0.5 and greedy_success(played, 2) == 0.5 and greedy_success(played[1:], 1) == 0
     with pytest.raises(UserError, match="greedy_samples .2. must leave a sampled episode"):
         load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml", ["algo.group_size=2", "algo.greedy_samples=2"])
     for setting, says in (("rollout.generator=vllm", "rollout.generator: vllm"),

@@ -14,6 +14,7 @@ HORIZON = "horizon"
 KL_COEF = "kl_coef"
 
 TRAIN_SUCCESS = "train/success"
+TRAIN_GREEDY_SUCCESS = "train/greedy_success"
 TRAIN_REWARD = "train/reward"
 TRAIN_REWARD_STD = "train/reward_std"
 TRAIN_REPLY_TOKENS = "train/reply_tokens"
@@ -143,6 +144,7 @@ DOCS = {
     HORIZON: "the turn limit of the step's episodes (ScalingInter-RL's schedule)",
     KL_COEF: "β, the weight of the KL to the reference policy in force at the step",
     TRAIN_SUCCESS: "share of the step's episodes that succeeded",
+    TRAIN_GREEDY_SUCCESS: "share of the step's greedy episodes (algo.greedy_samples) that succeeded",
     TRAIN_REWARD: "mean episode reward of the step",
     TRAIN_REWARD_STD: "spread (population SD) of the step's episode rewards: 0 means no signal to learn from",
     TRAIN_REPLY_TOKENS: "mean reply length, in trained tokens per turn",

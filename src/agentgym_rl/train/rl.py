@@ -14,6 +14,7 @@ import hashlib
 import random
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -290,6 +291,18 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
         if trajectory.error is None:
             rewards.setdefault(trajectory.group, []).append(trajectory.reward)
     return {group for group, values in rewards.items() if max(values) - min(values) > 1e-9}
+
+
+def greedy_success(trajectories: list[Trajectory], greedy_samples: int) -> float:
+    """Success of the episodes `algo.greedy_samples` played greedily: the first `greedy_samples` of
+    each group, in the order the rollout returns a group's samples."""
+    taken: Counter[int] = Counter()
+    greedy = []
+    for trajectory in trajectories:
+        if taken[trajectory.group] < greedy_samples:
+            greedy.append(trajectory.success)
+        taken[trajectory.group] += 1
+    return sum(greedy) / max(len(greedy), 1)
 
 
 def dapo_filter(trajectories: list[Trajectory], groups: int) -> tuple[list[Trajectory], int]:
@@ -708,6 +721,8 @@ class RLTrainer(Trainer):
             metric.TIME_STEP_S: _clock() - step_began,
             **(per_env_metrics("train", stats) if self.mixed else {}),
         }
+        if self.config.algo.greedy_samples:
+            step_metrics[metric.TRAIN_GREEDY_SUCCESS] = greedy_success(trajectories, self.config.algo.greedy_samples)
         self.metrics.log(step, step_metrics)
         self.log(step_line(step, self.config.train.steps, step_metrics))
         bar.set_postfix(success=f"{stats.success:.2f}", horizon=horizon)
