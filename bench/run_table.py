@@ -1,7 +1,7 @@
 """A training run's steps and validations as the Markdown tables docs/RESULTS.md shows.
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
-sampled success, groups whose rewards differ, the share of actions the environment refused, the
+sampled success (and the greedy members' with `algo.greedy_samples`), groups whose rewards differ, the share of actions the environment refused, the
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
@@ -67,6 +67,8 @@ def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
         m = metrics.get(step, {})
         columns.append({
             "sampled success": f"{100 * sum(e['success'] for e in episodes) / len(episodes):.0f}%",
+            "greedy members' success": (f"{100 * m[metric.TRAIN_GREEDY_SUCCESS]:.0f}%"
+                                        if metric.TRAIN_GREEDY_SUCCESS in m else None),
             "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
             "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
             "kinds": kinds,
@@ -77,7 +79,9 @@ def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
     shown = [k for k, _ in kinds_total.most_common(kinds_shown)]
     header = [f"step ({len(episodes)} episodes)"] + [str(s) for s in steps]
     labels = ["sampled success", "groups whose rewards differ", "refused actions"]
-    rows = [[label] + [c[label] for c in columns] for label in labels]
+    if any(c["greedy members' success"] is not None for c in columns):  # algo.greedy_samples
+        labels.insert(1, "greedy members' success")
+    rows = [[label] + [c[label] or "" for c in columns] for label in labels]
     if shown:
         rows.append([f"accepted actions: {' / '.join(shown)}"]
                     + [" / ".join(str(c["kinds"][k]) for k in shown) for c in columns])

@@ -30,7 +30,8 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     run.mkdir()
     (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
     write_lines(run / "metrics.jsonl", [{"step": 1, "time/rollout_s": 10.4, "time/update_s": 5.0,
-                                         "adv/rare_action_tokens": 3}, {"step": 1, "val/success": 1.0}])
+                                         "adv/rare_action_tokens": 3, "train/greedy_success": 0.5},
+                                        {"step": 1, "val/success": 1.0}])
     # Group 0's rewards differ, group 1's tie; 2 of 8 turns refused; kinds: go to 3, pickup 2, toggle 1.
     write_lines(run / "trajectories" / "step_000001.jsonl", [
         episode("babyai_0", True, 0, turns=2, invalid_actions=1, action_verbs=["go to", "pickup"]),
@@ -53,7 +54,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     ])
     assert load_module().main([str(run), "--kinds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| sampled success | 25% |" in out
+    assert "| sampled success | 25% |\n| greedy members' success | 50% |" in out
     assert "| groups whose rewards differ | 1 of 2 |" in out
     assert "| refused actions | 25% |" in out
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
