@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import signal
 import sys
 from pathlib import Path
 
@@ -152,4 +153,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the output quietly
     sys.exit(main())
