@@ -4,6 +4,7 @@ and expert."""
 from __future__ import annotations
 
 import importlib.resources
+import json
 import os
 import random
 
@@ -257,6 +258,22 @@ def test_available_actions_list_commands_gets_and_inventory(env):
     assert "get 1 flint" in actions and "get 9 iron nugget" in actions
     assert all(not a.startswith("get") or env.book.is_raw(a.split(" ", 2)[2].replace(" ", "_")) for a in actions)
 
+
+
+def test_listed_actions_end_every_observation_only_when_asked():
+    """With list_actions, reset's and step's observations end with the actions `available_actions`
+    gives, as BabyAI's do (JSON, one line); by default they do not, and play is the same."""
+    listed, plain = TextCraftEnv(list_actions=True), TextCraftEnv()
+    index = index_of("flint_and_steel")
+    shown, _ = listed.reset(index)
+    first, _ = plain.reset(index)
+    suffix = f"\nAvailable actions: {json.dumps(listed.available_actions())}"
+    assert shown == first + suffix and "Available actions" not in first
+    assert '"get 1 flint"' in suffix and '"inventory"' in suffix
+    after, reward, terminated, truncated, info = listed.step("Action: get 1 flint")
+    plain_after, *plain_rest = plain.step("Action: get 1 flint")
+    assert after == plain_after + suffix and [reward, terminated, truncated, info] == plain_rest
+    assert registry.make("textcraft", list_actions=True).reset(index)[0] == shown
 
 # ---------------------------------------------------------------------------- contract
 def test_check_env_passes():

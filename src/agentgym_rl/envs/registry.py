@@ -334,7 +334,8 @@ register(
         augment_entry_point="agentgym_rl.envs.textcraft.augment:rename_items",
         state_keys=True,
         safe_kwargs={"variant": SafeArg(int, 0, 1000),
-                     "expert_order": SafeArg(str, choices=("gets_first", "depth_first"))},
+                     "expert_order": SafeArg(str, choices=("gets_first", "depth_first")),
+                     "list_actions": SafeArg(bool)},
     )
 )
 

@@ -20,6 +20,7 @@ only its goal, commands and inventory.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -57,7 +58,7 @@ class TextCraftEnv(TextEnv):
     env_id = ENV_ID
     instruction = INSTRUCTION
 
-    def __init__(self, variant: int = 0, expert_order: str = "gets_first") -> None:
+    def __init__(self, variant: int = 0, expert_order: str = "gets_first", list_actions: bool = False) -> None:
         """Args:
             variant: 0 shows each item's crafting commands as the original does; another
                 number draws other distractor recipes, in another order, for the same goals:
@@ -65,6 +66,10 @@ class TextCraftEnv(TextEnv):
             expert_order: how `expert_action` orders its plan: "gets_first" (every raw
                 material first, in the total amount) or "depth_first" (each ingredient where
                 it is needed, in the amount a crafting command shows; `expert` module).
+            list_actions: end each observation with the available actions (`available_actions`:
+                the crafting commands, a `get` of each raw material they name, `inventory`), as
+                BabyAI's do: a small instruct model that crafts without fetching anything
+                (docs/RESULTS.md) is shown the `get`s it could write.
         """
         if not isinstance(variant, int) or variant < 0:
             raise ValueError(f"variant must be a non-negative integer; got {variant!r}")
@@ -72,6 +77,7 @@ class TextCraftEnv(TextEnv):
             raise ValueError(f"expert_order must be one of {', '.join(EXPERT_ORDERS)}; got {expert_order!r}")
         self.variant = variant
         self.expert_order = expert_order
+        self.list_actions = list_actions
         self.book: RecipeBook = load_recipe_book()
         self._goal: str | None = None
         self._commands: list[str] = []
@@ -110,7 +116,7 @@ class TextCraftEnv(TextEnv):
             "category": f"depth {depth}",
         }
         observation = "Crafting commands:\n{}\n\nGoal: craft {}.".format("\n".join(self._commands), display(goal))
-        return observation, {**self._info, "state_key": self.state_key()}
+        return self._listed(observation), {**self._info, "state_key": self.state_key()}
 
     def step(self, action: str) -> StepResult:
         if self._goal is None:
@@ -121,7 +127,13 @@ class TextCraftEnv(TextEnv):
         success = outcome.crafted == self._goal
         self._done = success
         info = {**self._info, "success": success, "invalid_action": outcome.invalid, "state_key": self.state_key()}
-        return outcome.observation, float(success), success, False, info
+        return self._listed(outcome.observation), float(success), success, False, info
+
+    def _listed(self, observation: str) -> str:
+        """`observation`, with `list_actions`, followed by the available actions."""
+        if not self.list_actions:
+            return observation
+        return f"{observation}\nAvailable actions: {json.dumps(self.available_actions())}"
 
     def snapshot(self) -> bytes:
         """The goal, the crafting commands shown, the inventory and the episode's info."""
