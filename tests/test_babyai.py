@@ -270,12 +270,12 @@ def test_react_reply_goes_through_extract_action(env):
     assert env.minigrid_env.agent_dir == (direction - 1) % 4
 
 
-
 def test_step_names_the_kind_of_action_however_it_was_written(env):
     env.reset(0)
     kinds = [env.step(reply)[4]["action_kind"] for reply in
              ("Action: pick up", "Action: pickup", "Action: Turn Left", "Action: dance", "Action: go to red ball 9")]
     assert kinds == ["pickup", "pickup", "turn left", "", "go to"]
+
 
 @pytest.mark.parametrize("text, expected", [
     ("Thought: I need to go to the red ball.\nAction: go to red ball 1", "Action: go to red ball 1"),
