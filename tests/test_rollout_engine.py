@@ -290,6 +290,20 @@ def test_greedy_samples_play_the_first_of_each_group_as_a_greedy_run_does(tiny_t
     assert [t.input_ids for t in mixed[1::2]] == [t.input_ids for t in sampled[1::2]]
     assert [t.input_ids for t in sampled[0::2]] != [t.input_ids for t in greedy]
 
+
+def test_a_retried_sample_comes_back_in_its_place_among_its_group():
+    """A sample played again after a failed attempt starts after its group-mates; the run still
+    returns each task's samples in their order (the first ones are `algo.greedy_samples`')."""
+    from types import SimpleNamespace
+
+    from agentgym_rl.rollout.engine import _records
+
+    def episode(group, sample, dropped=False):
+        return SimpleNamespace(group=group, sample=sample, dropped=dropped, record=(group, sample))
+
+    played = [episode(0, 0, dropped=True), episode(0, 1), episode(1, 0), episode(1, 1), episode(0, 0)]
+    assert _records(played) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
 def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped(tiny_tokenizer, tmp_path):
     """The policy fails on its 4th turn (as a killed process would stop): the journal, written every
     turn, holds the episodes of turn 3. A new engine given it continues them, restoring each

@@ -204,18 +204,7 @@ class RolloutEngine:
             default=len(jobs))
         episodes: list[_Episode] = []
         started = 0  # jobs started so far
-        signature = {"tasks": [task.item_id for task in tasks], "samples": samples, "seed": seed,
-                     "sampling_seed": self._sampling_seed, "max_turns": max_turns, "fork_at": fork,
-                     "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens,
-                     "max_context": self.config.max_context, "system_prompt": self.config.system_prompt,
-                     "locate_wrong_tokens": self.config.locate_wrong_tokens,
-                     "temperature": _temperature(policy),
-                     "example": [self.config.example, self.config.example_turns] if self.config.example else None}
-        if self._greedy_samples:  # as below, only when set
-            signature["greedy_samples"] = self._greedy_samples
-        if self.config.keep_turns:  # only then: a journal written before these settings existed still matches
-            signature["context"] = [self.config.keep_turns, self.config.window_turns, self.config.summarize,
-                                    self.config.summary_tokens, self.config.summary_prompt]
+        signature = self._signature(tasks, policy, max_turns, samples, seed, fork)
         if self.config.summarize and getattr(policy, "listed_actions_only", False):
             raise UserError("rollout.summarize asks for summaries, which replies restricted to the listed actions "
                             "cannot be; use one of them")
@@ -269,6 +258,25 @@ class RolloutEngine:
             if journal is not None:  # the whole run: played again (same key), it is read, not played
                 self._write(journal, signature, episodes, jobs, started, pool)
         return _records(episodes)
+
+    def _signature(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
+                   fork: int) -> dict[str, Any]:
+        """What a journal must have been written by to be continued: the run's tasks and every
+        setting that changes what its episodes play."""
+        signature = {"tasks": [task.item_id for task in tasks], "samples": samples, "seed": seed,
+                     "sampling_seed": self._sampling_seed, "max_turns": max_turns, "fork_at": fork,
+                     "reply_prefix": self.config.reply_prefix, "max_new_tokens": self.config.max_new_tokens,
+                     "max_context": self.config.max_context, "system_prompt": self.config.system_prompt,
+                     "locate_wrong_tokens": self.config.locate_wrong_tokens,
+                     "temperature": _temperature(policy),
+                     "example": [self.config.example, self.config.example_turns] if self.config.example else None}
+        # The keys below only when set: a journal written before these settings existed still matches.
+        if self._greedy_samples:
+            signature["greedy_samples"] = self._greedy_samples
+        if self.config.keep_turns:
+            signature["context"] = [self.config.keep_turns, self.config.window_turns, self.config.summarize,
+                                    self.config.summary_tokens, self.config.summary_prompt]
+        return signature
 
     def _continuous(self, policy: Policy, fork: int, journal: Journal | None,
                     between_turns: Callable[[], int] | None) -> bool:
@@ -775,9 +783,10 @@ class RolloutEngine:
 
 
 def _records(episodes: list[_Episode]) -> list[Trajectory]:
-    """The episodes' trajectories task by task, samples together (branches were added as their
-    trunks reached the fork), without the dropped attempts."""
-    return [e.record for e in sorted(episodes, key=lambda e: e.group) if not e.dropped]
+    """The episodes' trajectories task by task, each task's samples in their order (a retried
+    sample, started after its group-mates, and branches, added as their trunks reached the fork,
+    back in place: `algo.greedy_samples` reads the first ones), without the dropped attempts."""
+    return [e.record for e in sorted(episodes, key=lambda e: (e.group, e.sample)) if not e.dropped]
 
 
 def _test_tasks(env_id: str) -> list[Task]:
