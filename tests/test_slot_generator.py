@@ -256,6 +256,26 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
         assert graphed._graphs and fake.replays > 0 and not said
 
 
+
+def test_a_captured_step_decodes_a_greedy_row_among_sampled_ones(model, tiny_tokenizer, monkeypatch):
+    """`algo.greedy_samples` on the CUDA-graph path (the torch.cuda stand-in): the captured step
+    masks the noise of the `GREEDY_STREAM` row as the eager step does, so it writes the greedy
+    generator's reply, and its sampled batch-mate keeps its own."""
+    from agentgym_rl.agent.sampling import GREEDY_STREAM
+
+    pad = tiny_tokenizer.pad_token_id
+    graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=2, max_len=160, cuda_graphs=True)
+    fake = _FakeCuda(graphed, False)
+    monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
+    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    prompts = [[20, 21, 22, 23], [30, 31]]
+    got = graphed.generate(prompts, 8, streams=[GREEDY_STREAM, 2])
+    greedy = SlotGenerator(model, pad, [STOP], 0.0, slots=2, max_len=160).generate(prompts[:1], 8)
+    sampled = SlotGenerator(model, pad, [STOP], 1.0, slots=2, max_len=160).generate(prompts[1:], 8, streams=[2])
+    assert fake.replays > 0
+    assert _replies(got) == _replies(greedy + sampled)
+
 def test_off_the_cpu_stops_are_checked_every_few_steps_and_steps_are_graphed():
     """The GPU defaults, read on the CPU: a model whose weights live off the CPU (here on torch's
     meta device) checks stops every `STOP_CHECK_EVERY` steps; a CUDA device wants graphs unless
