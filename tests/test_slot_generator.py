@@ -195,6 +195,15 @@ class _FakeCuda:
 
     def __init__(self, generator, fail: bool = False):
         self.generator, self.fail, self.replays = generator, fail, 0
+        self.pools = []
+        """The pool each capture was given, in order."""
+
+    def install(self, monkeypatch):
+        for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph", "graph_pool_handle"):
+            monkeypatch.setattr(torch.cuda, name, getattr(self, name))
+
+    def graph_pool_handle(self):
+        return object()  # torch's is an opaque token; each call a new pool
 
     class Stream:
         def wait_stream(self, other):
@@ -210,7 +219,8 @@ class _FakeCuda:
         return types.SimpleNamespace(replay=None)
 
     @contextlib.contextmanager
-    def graph(self, graph):
+    def graph(self, graph, pool=None):
+        self.pools.append(pool)
         if self.fail:
             raise RuntimeError("operation not permitted when stream is capturing")
         yield  # the captured step runs here once, every row idle
@@ -229,15 +239,15 @@ class _FakeCuda:
 @pytest.mark.parametrize("fail", [False, True])
 def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer, monkeypatch, fail):
     """The CUDA-graph path on the CPU with a stand-in for torch.cuda: replaying the step captured
-    over the decode state gives the eager replies over two turns and calls of other lengths; a
-    step that cannot be captured leaves decoding eager, with one warning."""
+    over the decode state gives the eager replies over two turns and calls of other lengths, and
+    the graphs over one decode state share a memory pool; a step that cannot be captured leaves
+    decoding eager, with one warning."""
     pad = tiny_tokenizer.pad_token_id
     eager = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=160)
     graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=3, max_len=160, cuda_graphs=True)
     fake = _FakeCuda(graphed, fail)
     monkeypatch.setattr(graphed, "_wants_graphs", lambda device: not graphed._graphs_failed)
-    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    fake.install(monkeypatch)
     prompts = [[20, 21, 22, 23], [30, 31]]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
@@ -254,6 +264,10 @@ def test_a_captured_step_replays_what_the_eager_step_does(model, tiny_tokenizer,
             "stream is capturing)"]
     else:
         assert graphed._graphs and fake.replays > 0 and not said
+        # the second call's longer replies rebuild the decode state, dropping the first call's graph:
+        # the two graphs held since share one memory pool, and not the dropped one's
+        first, *held = fake.pools
+        assert len(held) == 2 and held[0] is held[1] is not None and first not in (None, held[0])
 
 
 
@@ -267,8 +281,7 @@ def test_a_captured_step_decodes_a_greedy_row_among_sampled_ones(model, tiny_tok
     graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=2, max_len=160, cuda_graphs=True)
     fake = _FakeCuda(graphed, False)
     monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
-    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    fake.install(monkeypatch)
     prompts = [[20, 21, 22, 23], [30, 31]]
     got = graphed.generate(prompts, 8, streams=[GREEDY_STREAM, 2])
     greedy = SlotGenerator(model, pad, [STOP], 0.0, slots=2, max_len=160).generate(prompts[:1], 8)
@@ -404,8 +417,7 @@ def test_a_step_captured_mid_call_for_a_smaller_batch_keeps_the_rows_sampled_so_
     graphed = SlotGenerator(model, pad, stops, 1.0, slots=8, max_len=128, cuda_graphs=True)
     fake = _FakeCuda(graphed)
     monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
-    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    fake.install(monkeypatch)
     expected = eager.generate(prompts, 12, streams=streams)
     got = graphed.generate(prompts, 12, streams=streams)
     assert _replies(got) == _replies(expected)
@@ -503,8 +515,7 @@ def test_a_refilled_call_captures_a_wider_bucket_mid_call_and_keeps_the_eager_re
     graphed = SlotGenerator(model, pad, [STOP], 1.0, slots=4, max_len=160, cuda_graphs=True)
     fake = _FakeCuda(graphed)
     monkeypatch.setattr(graphed, "_wants_graphs", lambda device: True)
-    for name in ("Stream", "current_stream", "stream", "CUDAGraph", "graph"):
-        monkeypatch.setattr(torch.cuda, name, getattr(fake, name))
+    fake.install(monkeypatch)
     expected, got = [[], [], []], [[], [], []]
     eager.generate(first, 8, streams=streams, refill=refill_into(expected))
     graphed.generate(first, 8, streams=streams, refill=refill_into(got))

@@ -194,6 +194,11 @@ class SlotGenerator:
         self._state: _DecodeState | None = None
         self._graphs: dict[tuple[int, int], Any] = {}
         """One captured decoding step per (context width, batch) bucket."""
+        self._graph_pool: Any = None
+        """The memory pool every bucket's graph captures into (torch.cuda.graph_pool_handle): the
+        graphs replay one at a time and keep nothing in it between replays (each step writes the
+        decode state's and the cache's own tensors), so one pool holds one step's temporaries
+        instead of a pool a bucket."""
         self._graphs_failed = False
         self._cache: SlotCache | None = None
         self._held: list[list[int]] = [[] for _ in range(slots)]
@@ -457,7 +462,7 @@ class SlotGenerator:
                 or state.logits.shape[-1] != logits.shape[-1]):
             state = self._state = _DecodeState.empty(self.slots, logits.shape[-1], max_new_tokens, streams is not None,
                                                      self.stop_ids, device)
-            self._graphs = {}  # a graph replays the tensors it was captured over
+            self._graphs, self._graph_pool = {}, None  # a graph replays the tensors it was captured over
         state.logits.zero_()
         state.logits[index] = logits[sources]
         state.active.zero_()
@@ -499,8 +504,10 @@ class SlotGenerator:
             with torch.cuda.stream(stream):
                 self._idle_steps(state, 2)
             torch.cuda.current_stream().wait_stream(stream)
+            if self._graph_pool is None:
+                self._graph_pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, pool=self._graph_pool):
                 self._decode_step(state)
         except RuntimeError as error:
             self._graphs_failed = True
