@@ -1,7 +1,7 @@
 """A training run's steps and validations as the Markdown tables docs/RESULTS.md shows.
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
-sampled success (and the greedy members' with `algo.greedy_samples`), groups whose rewards differ, the share of actions the environment refused, the
+sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards differ, the share of actions the environment refused, the
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
@@ -45,8 +45,15 @@ def action_kind(env_id: str, reply: str) -> str:
     return action_verb(action) or "(empty)"
 
 
-def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
-    """(header, rows) of the per-step table: one column per step with saved trajectories."""
+def share(successes: list[bool]) -> str:
+    """"25%" of the episodes given; "" when none."""
+    return f"{100 * sum(successes) / len(successes):.0f}%" if successes else ""
+
+
+def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the per-step table: one column per step with saved trajectories. With
+    `greedy_samples` (the run's `algo.greedy_samples`), the first that many episodes of each group
+    (a step's file lists them by group, then sample) are the greedy members, counted apart."""
     metrics: dict[int, dict] = collections.defaultdict(dict)
     for row in read_json_lines(run / "metrics.jsonl"):  # a validation logs its own row for the step
         if "step" in row:
@@ -66,10 +73,14 @@ def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
         kinds = collections.Counter(k for e in episodes for k in e.get("action_verbs", []))
         kinds_total.update(kinds)
         m = metrics.get(step, {})
+        places = collections.Counter()
+        greedy = []
+        for e in episodes:
+            greedy.append(places[e.get("group", 0)] < greedy_samples)
+            places[e.get("group", 0)] += 1
         columns.append({
-            "sampled success": f"{100 * sum(e['success'] for e in episodes) / len(episodes):.0f}%",
-            "greedy members' success": (f"{100 * m[metric.TRAIN_GREEDY_SUCCESS]:.0f}%"
-                                        if metric.TRAIN_GREEDY_SUCCESS in m else None),
+            "sampled success": share([e["success"] for e, g in zip(episodes, greedy) if not g]),
+            "greedy members' success": share([e["success"] for e, g in zip(episodes, greedy) if g]),
             "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
             "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
             "kinds": kinds,
@@ -80,7 +91,7 @@ def step_rows(run: Path, kinds_shown: int) -> tuple[list[str], list[list[str]]]:
     shown = [k for k, _ in kinds_total.most_common(kinds_shown)]
     header = [f"step ({len(episodes)} episodes)"] + [str(s) for s in steps]
     labels = ["sampled success", "groups whose rewards differ", "refused actions"]
-    if any(c["greedy members' success"] is not None for c in columns):  # algo.greedy_samples
+    if greedy_samples:
         labels.insert(1, "greedy members' success")
     rows = [[label] + [c[label] or "" for c in columns] for label in labels]
     if shown:
@@ -128,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         rollout = config.get("rollout") or {}
         examples = rollout.get("example") or []
         example_turns = (len(examples) if isinstance(examples, list) else 1) * int(rollout.get("example_turns") or 0)
-        header, rows = step_rows(args.run, args.kinds)
+        header, rows = step_rows(args.run, args.kinds, int((config.get("algo") or {}).get("greedy_samples") or 0))
         print(markdown(header, rows), end="\n\n")
         validations = [(path.name, list(read_json_lines(path)))
                        for path in sorted((args.run / "validation").glob("step_*.jsonl"))]

@@ -30,7 +30,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     run.mkdir()
     (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
     write_lines(run / "metrics.jsonl", [{"step": 1, "time/rollout_s": 10.4, "time/update_s": 5.0,
-                                         "adv/rare_action_tokens": 3, "train/greedy_success": 0.5},
+                                         "adv/rare_action_tokens": 3},
                                         {"step": 1, "val/success": 1.0}])
     # Group 0's rewards differ, group 1's tie; 2 of 8 turns refused; kinds: go to 3, pickup 2, toggle 1.
     write_lines(run / "trajectories" / "step_000001.jsonl", [
@@ -54,7 +54,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     ])
     assert load_module().main([str(run), "--kinds", "2"]) == 0
     out = capsys.readouterr().out
-    assert "| sampled success | 25% |\n| greedy members' success | 50% |" in out
+    assert "| sampled success | 25% |\n| groups whose rewards differ | 1 of 2 |" in out  # no greedy members
     assert "| groups whose rewards differ | 1 of 2 |" in out
     assert "| refused actions | 25% |" in out
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
@@ -66,6 +66,21 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
             "(no Action: line) 2, go to 1, (not an action) 1, pickup 1 |") in out
     assert "| step_000001.jsonl | 100.0% (3) | 2 | 1 | 0% (0 of 3) | 1.0 | 0% (0 of 0) | pickup 2, go to 1 |" in out
     assert "step_000001.jsonl against step_000000.jsonl: +66.7 points: 2 items gained, 0 lost" in out
+
+
+def test_greedy_members_are_each_groups_first_episodes(tmp_path, capsys):
+    """With `algo.greedy_samples: 1`, the first episode of each group is its greedy member: its
+    success is shown apart and left out of the sampled one's."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("algo: {greedy_samples: 1}\n")
+    write_lines(run / "metrics.jsonl", [{"step": 1}])
+    write_lines(run / "trajectories" / "step_000001.jsonl", [
+        episode("babyai_0", True, 0), episode("babyai_0", False, 0), episode("babyai_0", True, 0),
+        episode("babyai_1", False, 1), episode("babyai_1", False, 1), episode("babyai_1", False, 1),
+    ])
+    assert load_module().main([str(run)]) == 0
+    assert "| sampled success | 25% |\n| greedy members' success | 50% |" in capsys.readouterr().out
 
 
 def test_a_folder_without_a_run_is_one_line(tmp_path, capsys):
