@@ -97,7 +97,8 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[lis
     if shown:
         rows.append([f"accepted actions: {' / '.join(shown)}"]
                     + [" / ".join(str(c["kinds"][k]) for k in shown) for c in columns])
-        rows.append(["tokens given the bonus"] + [c["tokens given the bonus"] for c in columns])
+        if any(c["tokens given the bonus"] != "0" for c in columns):  # algo.rare_action_bonus
+            rows.append(["tokens given the bonus"] + [c["tokens given the bonus"] for c in columns])
     rows.append(["step (s): rollout + update"] + [c["step (s): rollout + update"] for c in columns])
     return header, rows
 

@@ -77,10 +77,12 @@ def test_greedy_members_are_each_groups_first_episodes(tmp_path, capsys):
     write_lines(run / "metrics.jsonl", [{"step": 1}])
     write_lines(run / "trajectories" / "step_000001.jsonl", [
         episode("babyai_0", True, 0), episode("babyai_0", False, 0), episode("babyai_0", True, 0),
-        episode("babyai_1", False, 1), episode("babyai_1", False, 1), episode("babyai_1", False, 1),
+        episode("babyai_1", False, 1), episode("babyai_1", False, 1), episode("babyai_1", False, 1, action_verbs=["go to"]),
     ])
     assert load_module().main([str(run)]) == 0
-    assert "| sampled success | 25% |\n| greedy members' success | 50% |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| sampled success | 25% |\n| greedy members' success | 50% |" in out
+    assert "| accepted actions: go to | 1 |" in out and "bonus" not in out  # no bonus in this run
 
 
 def test_a_folder_without_a_run_is_one_line(tmp_path, capsys):
