@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from agentgym_rl import metric_names as metric
+from agentgym_rl.agent.sampling import greedy_members
 from agentgym_rl.envs.babyai.actions import parse_action
 from agentgym_rl.envs.parsing import action_verb, extract_action
 from agentgym_rl.errors import UserError
@@ -73,11 +74,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[lis
         kinds = collections.Counter(k for e in episodes for k in e.get("action_verbs", []))
         kinds_total.update(kinds)
         m = metrics.get(step, {})
-        places = collections.Counter()
-        greedy = []
-        for e in episodes:
-            greedy.append(places[e.get("group", 0)] < greedy_samples)
-            places[e.get("group", 0)] += 1
+        greedy = greedy_members([e.get("group", 0) for e in episodes], greedy_samples)
         columns.append({
             "sampled success": share([e["success"] for e, g in zip(episodes, greedy) if not g]),
             "greedy members' success": share([e["success"] for e, g in zip(episodes, greedy) if g]),

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agentgym_rl.agent.generator import HFGenerator
-from agentgym_rl.agent.sampling import (GREEDY_STREAM, StreamSampler, episode_stream, gumbel_noise, position_seed,
-                                        position_seeds, stream_noise)
+from agentgym_rl.agent.sampling import (GREEDY_STREAM, StreamSampler, episode_stream, greedy_members, gumbel_noise,
+                                        position_seed, position_seeds, rows_per_pass, stream_noise)
 from agentgym_rl.agent.tiny import TinyModelConfig, build_model
 
 
@@ -122,12 +122,20 @@ def test_seeds_made_on_the_device_equal_the_python_ones():
     assert torch.equal(gumbel_noise(seeds, 50), gumbel_noise([position_seed(s, p) for s, p in pairs], 50))
 
 
+def test_greedy_members_are_each_groups_first_samples():
+    groups = [0, 0, 0, 1, 1, 2]
+    assert greedy_members(groups, 0) == [False] * 6
+    assert greedy_members(groups, 1) == [True, False, False, True, False, True]
+    assert greedy_members(groups, 2) == [True, True, False, True, True, True]
+
+
 def test_off_the_cpu_the_noise_is_made_for_all_rows_at_once():
     """A GPU makes all rows in one pass (`rows_at_once` None there), the CPU four at a time: the
     one-pass path, forced on the CPU, gives the same noise bit for bit."""
     seeds = torch.tensor([position_seed(7, p) for p in range(9)])
     assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=9), gumbel_noise(seeds, 40))
     assert torch.equal(gumbel_noise(seeds, 40, rows_at_once=1), gumbel_noise(seeds, 40))
+    assert rows_per_pass("cuda", 9) == 9 and rows_per_pass("cpu", 9) == 4  # the default each device takes
 
 
 def test_a_greedy_stream_gets_no_noise_and_the_others_theirs():

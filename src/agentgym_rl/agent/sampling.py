@@ -13,7 +13,8 @@ then decodes greedily over the noised scores.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections import Counter
+from typing import Any, Sequence
 
 MASK64 = (1 << 64) - 1
 
@@ -70,12 +71,30 @@ def position_seeds(streams: Any, positions: Any) -> Any:
     return _shift_right(z, 1, scratch)
 
 
+def greedy_members(groups: Sequence[int], greedy_samples: int) -> list[bool]:
+    """Which of a run's episodes, listed group by group with each group's samples in their order
+    (as `RolloutEngine.run` returns them; `group` the group of each), were played greedily: the
+    first `greedy_samples` of each group (`algo.greedy_samples`)."""
+    taken: Counter[int] = Counter()
+    greedy = []
+    for group in groups:
+        greedy.append(taken[group] < greedy_samples)
+        taken[group] += 1
+    return greedy
+
+
 def stream_noise(streams: Any, positions: Any, size: int) -> Any:
     """(B, size) float64 Gumbel noise of each row's stream at its position (`gumbel_noise` of
     `position_seeds`), zero on the rows whose stream is `GREEDY_STREAM`. streams, positions: (B,)
     int64 tensors; no value is read on the host (a CUDA graph can hold it)."""
     noise = gumbel_noise(position_seeds(streams, positions), size)
     return noise.masked_fill_((streams == GREEDY_STREAM).unsqueeze(1), 0.0)
+
+
+def rows_per_pass(device_type: str, rows: int) -> int:
+    """The rows `gumbel_noise` makes at once by default: all of them off the CPU; on it 4, which
+    keep the int64 scratch in cache (128 rows: ~0.1 s, not ~0.7)."""
+    return rows if device_type != "cpu" else 4
 
 
 def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None, rows_at_once: int | None = None) -> Any:
@@ -98,8 +117,7 @@ def gumbel_noise(seeds: list[int] | Any, size: int, device: Any = None, rows_at_
         seeds = torch.tensor(seeds, dtype=torch.int64, device=device)
     counters = torch.arange(1, size + 1, dtype=torch.int64, device=device).mul_(_GOLDEN)
     noise = torch.empty(len(seeds), size, dtype=torch.float64, device=device)
-    # On the CPU, a few rows at a time keep the int64 scratch in cache (128 rows: ~0.1 s, not ~0.7).
-    chunk = rows_at_once or (len(seeds) if noise.device.type != "cpu" else 4)
+    chunk = rows_at_once or rows_per_pass(noise.device.type, len(seeds))
     for start in range(0, len(seeds), chunk):
         rows = seeds[start:start + chunk].unsqueeze(1)
         x = counters.unsqueeze(0) + rows

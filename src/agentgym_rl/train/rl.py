@@ -14,12 +14,12 @@ import hashlib
 import random
 import time
 import traceback
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
+from ..agent.sampling import greedy_members
 from ..algos import (KL, AlgorithmSpec, HorizonSchedule, add_at_tokens, advantage_inputs, compute_advantages,
                      discredit_turns, make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens,
                      rare_action_tokens, rl_objective)
@@ -296,12 +296,8 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
 def greedy_success(trajectories: list[Trajectory], greedy_samples: int) -> float:
     """Success of the episodes `algo.greedy_samples` played greedily: the first `greedy_samples` of
     each group, in the order the rollout returns a group's samples."""
-    taken: Counter[int] = Counter()
-    greedy = []
-    for trajectory in trajectories:
-        if taken[trajectory.group] < greedy_samples:
-            greedy.append(trajectory.success)
-        taken[trajectory.group] += 1
+    greedy = [t.success for t, g in zip(trajectories, greedy_members([t.group for t in trajectories], greedy_samples))
+              if g]
     return sum(greedy) / max(len(greedy), 1)
 
 
