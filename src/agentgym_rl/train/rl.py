@@ -296,8 +296,8 @@ def groups_with_reward_spread(trajectories: list[Trajectory]) -> set[int]:
 def greedy_success(trajectories: list[Trajectory], greedy_samples: int) -> float:
     """Success of the episodes `algo.greedy_samples` played greedily: the first `greedy_samples` of
     each group, in the order the rollout returns a group's samples."""
-    greedy = [t.success for t, g in zip(trajectories, greedy_members([t.group for t in trajectories], greedy_samples))
-              if g]
+    played_greedily = greedy_members([t.group for t in trajectories], greedy_samples)
+    greedy = [t.success for t, g in zip(trajectories, played_greedily) if g]
     return sum(greedy) / max(len(greedy), 1)
 
 
