@@ -2,9 +2,10 @@
 synchronous and asynchronous, with validations and a checkpoint, against the metrics (but time/*)
 and the final weights recorded from the code before the change (tests/golden/fit_toy.json).
 
-Floats are compared to 1e-5 relative (the weights' sums to 1e-6 absolute too): the same code on another CPU may round differently; a
-change of behaviour moves them far more. `GOLDEN_WRITE=1 pytest tests/test_fit_golden.py` writes
-the file anew from the code as it is (only when the behaviour is meant to change)."""
+Floats are compared to 1e-5 relative (the weights' sums to 1e-6 absolute too): the same code
+on another CPU may round differently; a change of behaviour moves them far more.
+`GOLDEN_WRITE=1 pytest tests/test_fit_golden.py` writes the file anew from the code as it is
+(only when the behaviour is meant to change)."""
 
 from __future__ import annotations
 
