@@ -463,6 +463,22 @@ def test_observations_without_the_action_list_still_answer_check_available_actio
     assert "Available actions" not in obs
 
 
+def test_note_unchanged_marks_an_accepted_action_that_left_the_level_as_it_was():
+    noting, plain = BabyAIEnv(note_unchanged=True), BabyAIEnv()
+    for environment in (noting, plain):
+        environment.reset(0)
+    target = next(obj for obj in observe(noting.minigrid_env).objects if obj.color == "grey")
+    moved = noting.step(f"go to {target.label}")[0]
+    assert moved == plain.step(f"go to {target.label}")[0] and "changed nothing" not in moved
+    again, *_, info = noting.step(f"go to {target.label}")  # already facing it: no step taken
+    assert again == f"That action changed nothing. {moved}" and not info["invalid_action"]
+    assert plain.step(f"go to {target.label}")[0] == moved  # the original repeats word for word
+    assert noting.step("check available actions")[0] == moved  # a question, not an action
+    assert "changed nothing" not in noting.step("turn left")[0]
+    assert noting.step("pickup")[0].startswith("You cannot do that:")  # refused, not unchanged
+    assert registry.spec("babyai").safe_kwargs["note_unchanged"].kind is bool
+
+
 @pytest.mark.parametrize("item", [0, 5, 25, 31])
 def test_a_color_permuted_observation_is_what_the_recolored_level_shows(item):
     """`permute_colors` renames the text as recoloring the level's objects would: the renderer's

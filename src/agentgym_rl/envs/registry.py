@@ -319,7 +319,7 @@ register(
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.babyai.augment:permute_colors",
         state_keys=True,
-        safe_kwargs={"list_actions": SafeArg(bool)},
+        safe_kwargs={"list_actions": SafeArg(bool), "note_unchanged": SafeArg(bool)},
     )
 )
 

@@ -63,14 +63,19 @@ class BabyAIEnv(TextEnv):
     env_id = "babyai"
     instruction = INSTRUCTION
 
-    def __init__(self, list_actions: bool = True) -> None:
+    def __init__(self, list_actions: bool = True, note_unchanged: bool = False) -> None:
         """Args:
             list_actions: end each observation with the available actions, as the original
                 environment does. Off, observations are ~40% shorter (the quickstart's tiny
                 model learns the action names from the objects in view); "check available
                 actions" still lists them.
+            note_unchanged: begin the observation after an accepted action that left the level
+                as it was (a "go to" what the agent already faces, a step into a wall) with
+                "That action changed nothing." The original says nothing: the observation
+                repeats word for word, and a greedy policy then tends to repeat its reply.
         """
         self.list_actions = list_actions
+        self.note_unchanged = note_unchanged
         self._mg = None
         self._seen: np.ndarray | None = None
         self._history: list[int] = []
@@ -119,12 +124,14 @@ class BabyAIEnv(TextEnv):
         if self._done:
             raise EnvStateError("the episode has ended; call reset")
         command = parse_action(extract_action(action or ""))
+        state_before = self.state_key() if self.note_unchanged else None
         outcome = execute(command, self._mg, self._seen)
         self._history.extend(outcome.primitives)
         self._done = outcome.done
         success = outcome.terminated and outcome.reward > 0
         asked = command is not None and command.verb == "check available actions"
         obs = describe(observe(self._mg), self.list_actions or asked)
+        state_after = self.state_key()
         if outcome.error is not None:
             obs = f"You cannot do that: {outcome.error}. {obs}"
         elif success:
@@ -133,13 +140,15 @@ class BabyAIEnv(TextEnv):
             obs = f"You failed the mission. {obs}"
         elif outcome.truncated:
             obs = f"You ran out of steps. {obs}"
+        elif state_before == state_after and not asked:
+            obs = f"That action changed nothing. {obs}"
         info = {
             **self._info,
             "success": success,
             "invalid_action": outcome.error is not None,
             "action_kind": command.verb if command is not None else "",
             "primitive_steps": len(outcome.primitives),
-            "state_key": self.state_key(),
+            "state_key": state_after,
         }
         return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info
 
