@@ -10,7 +10,10 @@ decoding that meets the same observation again writes the same reply) and the ki
 the greedy replies wrote (the worked example's turns left out); and each validation paired item
 by item with the first.
 
-    python bench/run_table.py runs/free_rare_s1 [--kinds 4]
+    python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE]
+
+`--against` puts a validation file of another run first (e.g. a kept step-0 file of the recipe
+without the setting the run changed), so every validation is paired with it.
 
 Run by hand, in seconds; the tables go into docs/RESULTS.md.
 """
@@ -129,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the run folder (runs/<name>)")
     parser.add_argument("--kinds", type=int, default=4, help="kinds of action shown (the most frequent)")
+    parser.add_argument("--against", type=Path, help="a validation file (.jsonl or .jsonl.gz) to pair every "
+                        "validation with, shown first")
     args = parser.parse_args(argv)
     try:
         if not (args.run / "metrics.jsonl").is_file():
@@ -141,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(header, rows), end="\n\n")
         validations = [(path.name, list(read_json_lines(path)))
                        for path in sorted((args.run / "validation").glob("step_*.jsonl"))]
+        if args.against:
+            validations.insert(0, (args.against.name, list(read_json_lines(args.against))))
         if not validations:
             return 0
         categories = sorted({e.get("category", "") for _, eps in validations for e in eps},

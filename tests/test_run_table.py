@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -87,3 +88,19 @@ def test_greedy_members_are_each_groups_first_episodes(tmp_path, capsys):
 def test_a_folder_without_a_run_is_one_line(tmp_path, capsys):
     assert load_module().main([str(tmp_path)]) == 2
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.yaml").write_text("{}\n")
+    write_lines(run / "metrics.jsonl", [{"step": 1}])
+    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
+    write_lines(run / "validation" / "step_000000.jsonl", [episode("babyai_0", True), episode("babyai_1", True)])
+    kept = tmp_path / "kept_step0.jsonl.gz"
+    with gzip.open(kept, "wt") as handle:
+        handle.write(json.dumps(episode("babyai_0", False)) + "\n" + json.dumps(episode("babyai_1", True)) + "\n")
+    assert load_module().main([str(run), "--against", str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("| kept_step0.jsonl.gz | 50.0% (1) |") < out.index("| step_000000.jsonl | 100.0% (2) |")
+    assert "step_000000.jsonl against kept_step0.jsonl.gz: +50.0 points: 1 items gained, 0 lost" in out
