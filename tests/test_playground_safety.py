@@ -153,7 +153,7 @@ def test_the_command_lines_arguments_reach_the_playgrounds_environments(tmp_path
     assert "check available actions" not in quiet["messages"][0]["content"]
     assert "check available actions" in listed["messages"][0]["content"]
     envs = {env["id"]: env for env in client.get("/api/envs").json()["envs"]}
-    assert envs["babyai"]["settable"] == ["list_actions"] and "chromium" not in envs["web"]["settable"]
+    assert envs["babyai"]["settable"] == ["list_actions", "note_unchanged"] and "chromium" not in envs["web"]["settable"]
 
 
 def test_view_refuses_an_env_arg_without_an_environment(tmp_path):
