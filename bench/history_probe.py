@@ -65,6 +65,7 @@ def contexts(messages: list[Message], index: int) -> tuple[list[Message], list[M
 
 
 def greedy_reply(model: Any, encoder: ChatEncoder, messages: list[Message], max_new_tokens: int) -> str:
+    """The model's greedy reply to `messages`, encoded as a conversation's opening is."""
     prompt = torch.tensor([encoder.start(messages)])
     with torch.no_grad():
         out = model.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False,

@@ -70,9 +70,10 @@ class BabyAIEnv(TextEnv):
                 model learns the action names from the objects in view); "check available
                 actions" still lists them.
             note_unchanged: begin the observation after an accepted action that left the level
-                as it was (a "go to" what the agent already faces, a step into a wall) with
-                "That action changed nothing." The original says nothing: the observation
-                repeats word for word, and a greedy policy then tends to repeat its reply.
+                as it was (e.g. a "go to" what the agent already faces) with "That action
+                changed nothing." The original says nothing: the observation repeats word for
+                word. (SmolLM2-135M-Instruct repeats its reply after the note as before it:
+                docs/RESULTS.md.)
         """
         self.list_actions = list_actions
         self.note_unchanged = note_unchanged
