@@ -2,7 +2,7 @@
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
 sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards differ, the share of actions the environment refused, the
-accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
+replies that repeat the one before, the accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
 category, refused actions, mean turns, the replies that repeat the one before word for word (greedy
@@ -54,10 +54,27 @@ def share(successes: list[bool]) -> str:
     return f"{100 * sum(successes) / len(successes):.0f}%" if successes else ""
 
 
-def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[list[str], list[list[str]]]:
+def replies(episode: dict, example_turns: int) -> list[str]:
+    """The episode's replies, the worked example's turns left out."""
+    return [m["content"] for m in episode["messages"] if m["role"] == "assistant"][example_turns:]
+
+
+def repeats(episodes: list[dict], example_turns: int) -> str:
+    """"91% (1,405 of 1,550)": of the replies that follow another, those that repeat it word for word."""
+    repeated = followers = 0
+    for e in episodes:
+        said = replies(e, example_turns)
+        repeated += sum(before == after for before, after in zip(said, said[1:]))
+        followers += max(len(said) - 1, 0)
+    return f"{100 * repeated / max(followers, 1):.0f}% ({repeated:,} of {followers:,})"
+
+
+def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
+              example_turns: int = 0) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the per-step table: one column per step with saved trajectories. With
     `greedy_samples` (the run's `algo.greedy_samples`), the first that many episodes of each group
-    (a step's file lists them by group, then sample) are the greedy members, counted apart."""
+    (a step's file lists them by group, then sample) are the greedy members, counted apart.
+    `example_turns`: the worked example's turns, left out of the replies that repeat."""
     metrics: dict[int, dict] = collections.defaultdict(dict)
     for row in read_json_lines(run / "metrics.jsonl"):  # a validation logs its own row for the step
         if "step" in row:
@@ -83,6 +100,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[lis
             "greedy members' success": share([e["success"] for e, g in zip(episodes, greedy) if g]),
             "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
             "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
+            "replies repeating the last": repeats(episodes, example_turns),
             "kinds": kinds,
             "tokens given the bonus": str(int(m.get("adv/rare_action_tokens", 0))),
             "step (s): rollout + update": f"{m.get(metric.TIME_ROLLOUT_S, 0):.0f} + {m.get(metric.TIME_UPDATE_S, 0):.0f}",
@@ -90,7 +108,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0) -> tuple[lis
         steps.append(step)
     shown = [k for k, _ in kinds_total.most_common(kinds_shown)]
     header = [f"step ({len(episodes)} episodes)"] + [str(s) for s in steps]
-    labels = ["sampled success", "groups whose rewards differ", "refused actions"]
+    labels = ["sampled success", "groups whose rewards differ", "refused actions", "replies repeating the last"]
     if greedy_samples:
         labels.insert(1, "greedy members' success")
     rows = [[label] + [c[label] or "" for c in columns] for label in labels]
@@ -110,17 +128,11 @@ def validation_row(name: str, episodes: list[dict], example_turns: int, categori
     solved = collections.Counter(e.get("category", "") for e in episodes if e["success"])
     turns = sum(e.get("turns", 0) for e in episodes)
     refused = sum(e.get("invalid_actions", 0) for e in episodes)
-    kinds = collections.Counter()
-    repeated = followers = 0
-    for e in episodes:
-        replies = [m["content"] for m in e["messages"] if m["role"] == "assistant"][example_turns:]
-        kinds.update(action_kind(e.get("env_id", ""), r) for r in replies)
-        repeated += sum(before == after for before, after in zip(replies, replies[1:]))
-        followers += max(len(replies) - 1, 0)
+    kinds = collections.Counter(action_kind(e.get("env_id", ""), r) for e in episodes for r in replies(e, example_turns))
     wins = sum(e["success"] for e in episodes)
     return [name, f"{100 * wins / len(episodes):.1f}% ({wins})"] + [str(solved[c]) for c in categories] + [
         f"{100 * refused / max(turns, 1):.0f}% ({refused:,} of {turns:,})", f"{turns / len(episodes):.1f}",
-        f"{100 * repeated / max(followers, 1):.0f}% ({repeated:,} of {followers:,})", ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
+        repeats(episodes, example_turns), ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -142,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         rollout = config.get("rollout") or {}
         examples = rollout.get("example") or []
         example_turns = (len(examples) if isinstance(examples, list) else 1) * int(rollout.get("example_turns") or 0)
-        header, rows = step_rows(args.run, args.kinds, int((config.get("algo") or {}).get("greedy_samples") or 0))
+        header, rows = step_rows(args.run, args.kinds, int((config.get("algo") or {}).get("greedy_samples") or 0),
+                                 example_turns)
         print(markdown(header, rows), end="\n\n")
         validations = [(path.name, list(read_json_lines(path)))
                        for path in sorted((args.run / "validation").glob("step_*.jsonl"))]

@@ -35,7 +35,8 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
                                         {"step": 1, "val/success": 1.0}])
     # Group 0's rewards differ, group 1's tie; 2 of 8 turns refused; kinds: go to 3, pickup 2, toggle 1.
     write_lines(run / "trajectories" / "step_000001.jsonl", [
-        episode("babyai_0", True, 0, turns=2, invalid_actions=1, action_verbs=["go to", "pickup"]),
+        episode("babyai_0", True, 0, replies=("Action: go to grey ball 1", "go", "go", "pick"), turns=2,
+                invalid_actions=1, action_verbs=["go to", "pickup"]),  # after the example's turn, 1 of 2 repeats
         episode("babyai_0", False, 0, turns=2, invalid_actions=0, action_verbs=["go to", "toggle"]),
         episode("babyai_1", False, 1, turns=2, invalid_actions=1, action_verbs=["go to"]),
         episode("babyai_1", False, 1, turns=2, invalid_actions=0, action_verbs=["pickup"]),
@@ -56,7 +57,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     assert load_module().main([str(run), "--kinds", "2"]) == 0
     out = capsys.readouterr().out
     assert "| sampled success | 25% |\n| groups whose rewards differ | 1 of 2 |" in out  # no greedy members
-    assert "| refused actions | 25% |" in out
+    assert "| refused actions | 25% |\n| replies repeating the last | 50% (1 of 2) |" in out
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
     assert "| tokens given the bonus | 3 |" in out
     assert "| step (s): rollout + update | 10 + 5 |" in out
