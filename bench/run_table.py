@@ -1,14 +1,15 @@
 """A training run's steps and validations as the Markdown tables docs/RESULTS.md shows.
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
-sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards differ, the share of actions the environment refused, the
-replies that repeat the one before, the accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
+sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards
+differ, the share of actions the environment refused, the replies that repeat the one before, the
+accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
-per validation in `validation/` (step 0's too, when the run took it from `train.baseline`): success, items solved per
-category, refused actions, mean turns, the replies that repeat the one before word for word (greedy
-decoding that meets the same observation again writes the same reply) and the kinds of action
-the greedy replies wrote (the worked example's turns left out); and each validation paired item
-by item with the first.
+per validation in `validation/` (step 0's too, when the run took it from `train.baseline`):
+success, items solved per category, refused actions, mean turns, the replies that repeat the one
+before word for word (greedy decoding that meets the same observation again writes the same reply)
+and the kinds of action the greedy replies wrote (the worked example's turns left out); and each
+validation paired item by item with the first.
 
     python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE]
 
