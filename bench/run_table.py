@@ -7,7 +7,7 @@ accepted actions by kind (`Trajectory.action_verbs`, recorded when the run locat
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`):
 success, items solved per category, refused actions, mean turns, the replies that repeat the one
-before word for word (greedy decoding that meets the same observation again writes the same reply)
+before word for word (a repeated useless action spends the episode's turns)
 and the kinds of action the greedy replies wrote (the worked example's turns left out); and each
 validation paired item by item with the first.
 
