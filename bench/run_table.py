@@ -129,7 +129,8 @@ def validation_row(name: str, episodes: list[dict], example_turns: int, categori
     solved = collections.Counter(e.get("category", "") for e in episodes if e["success"])
     turns = sum(e.get("turns", 0) for e in episodes)
     refused = sum(e.get("invalid_actions", 0) for e in episodes)
-    kinds = collections.Counter(action_kind(e.get("env_id", ""), r) for e in episodes for r in replies(e, example_turns))
+    kinds = collections.Counter(action_kind(e.get("env_id", ""), reply)
+                                for e in episodes for reply in replies(e, example_turns))
     wins = sum(e["success"] for e in episodes)
     return [name, f"{100 * wins / len(episodes):.1f}% ({wins})"] + [str(solved[c]) for c in categories] + [
         f"{100 * refused / max(turns, 1):.0f}% ({refused:,} of {turns:,})", f"{turns / len(episodes):.1f}",
