@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from agentgym_rl.config import RLConfig, load_config, to_dict
 from agentgym_rl.errors import UserError
 from agentgym_rl.rollout.trajectory import Trajectory
-from agentgym_rl.train.baseline import check_baseline, check_file
+from agentgym_rl.train.baseline import check_baseline, check_file, donor_differences, donor_settings, settings_path
 
 
 def episode(item: str, ids: list[int], mask: list[int]) -> Trajectory:
@@ -61,3 +64,30 @@ def test_a_file_is_refused_before_any_replay_when_its_shape_cannot_be_this_runs_
         check_file(saved, episodes=2, max_turns=1, max_new_tokens=2, source="f.jsonl")
     with pytest.raises(UserError, match="replies of 2 tokens; this run's are at most 1"):
         check_file(saved, episodes=2, max_turns=2, max_new_tokens=1, source="f.jsonl")
+
+
+def test_the_settings_file_lies_beside_the_validation_file():
+    assert settings_path("bench/baselines/x_step0.jsonl.gz") == Path("bench/baselines/x_step0.settings.json")
+    assert settings_path("/tmp/x.jsonl") == Path("/tmp/x.settings.json")
+
+
+# Each kept step-0 file and the recipe whose step 0 it stands for (bench/baselines/README.md).
+KEPT = {"smollm2_babyai_grpo_free_step0": "smollm2_babyai_grpo_free.yaml",
+        "smollm2_babyai_grpo_free3_step0": "smollm2_babyai_grpo_free.yaml",
+        "smollm2_babyai_grpo_step0": "smollm2_babyai_grpo.yaml",
+        "smollm2_textcraft_grpo_step0": "smollm2_textcraft_grpo.yaml"}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT))
+def test_each_kept_baseline_carries_the_settings_of_the_recipe_it_serves(name):
+    """A recipe whose turn limit, context or env options changed no longer plays its kept step 0:
+    this fails until the file is played again (or the recipe's comment stops pointing at it)."""
+    root = Path(__file__).resolve().parent.parent
+    kept = root / "bench" / "baselines" / f"{name}.jsonl.gz"
+    assert {p.name for p in kept.parent.glob("*.jsonl.gz")} == {f"{n}.jsonl.gz" for n in KEPT}
+    donor = donor_settings(kept)
+    assert donor is not None, f"{settings_path(kept).name} is missing"
+    recipe = to_dict(load_config(RLConfig, root / "configs" / KEPT[name]))
+    assert donor_differences(donor, recipe) == []
+    assert donor_differences(donor, {**recipe, "eval": {**recipe["eval"], "max_turns": 7}}) == [
+        f"eval.max_turns ({donor['eval']['max_turns']} -> 7)"]

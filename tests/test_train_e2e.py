@@ -12,6 +12,8 @@ import pytest
 import torch
 import transformers  # noqa: F401 — imported before the in-process CLI runs, as other tests in a worker do
 from safetensors.torch import load_file
+
+from conftest import bench_script
 from test_cli import run
 
 from agentgym_rl.rollout.trajectory import load_trajectories
@@ -416,6 +418,46 @@ def test_a_baseline_file_stands_in_for_step_0_once_its_first_turns_replay(tmp_pa
     fit("short", "eval.max_turns=1")
     with pytest.raises(UserError, match=r"settings other than this run's.*: eval\.max_turns \(1 -> \d+\)"):
         fit("longer", f"train.baseline={tmp_path / 'short' / 'validation' / 'step_000000.jsonl'}")
+
+
+def test_a_baseline_kept_outside_its_run_is_checked_by_the_settings_beside_it(tmp_path, counter_env_registered):
+    """A step-0 file copied out of its run folder (bench/keep_baseline.py) carries the settings
+    that change later turns in a file beside it: a run with other env kwargs is refused; the
+    same file without its settings is taken, and the log says they were taken on trust."""
+    import gzip
+
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train.baseline import settings_path
+    from agentgym_rl.train.rl import RLTrainer
+
+    def fit(name, *extra):
+        config = toy_config(tmp_path, "train.steps=1", "train.validate_every=1", "eval.episodes=2",
+                            "rollout.threads=1", *extra, name=name)
+        lines = []
+        RLTrainer(config, log=lines.append).fit()
+        return lines
+
+    fit("played")
+    kept = tmp_path / "kept" / "played_step0.jsonl.gz"
+    kept.parent.mkdir()
+    assert bench_script("keep_baseline").main([str(tmp_path / "played"), str(kept)]) == 0
+    step0 = tmp_path / "played" / "validation" / "step_000000.jsonl"
+    assert gzip.decompress(kept.read_bytes()).decode() == step0.read_text()
+    settings = json.loads(settings_path(kept).read_text())
+    assert settings_path(kept).name == "played_step0.settings.json"
+    assert settings["env"]["kwargs"] == {} and settings["eval"]["max_turns"] > 0  # the env's limit, made explicit
+
+    lines = fit("taken", f"train.baseline={kept}")
+    assert not any("taken on trust" in line for line in lines)
+    assert any(line.startswith("step 0: validation taken from") for line in lines)
+    settings["env"]["kwargs"] = {"note_unchanged": True}  # as if played with another option of the env
+    settings_path(kept).write_text(json.dumps(settings))
+    with pytest.raises(UserError, match=r"settings other than this run's.*: env\.kwargs \(\{'note_unchanged': True\} -> \{\}\)"):
+        fit("other_kwargs", f"train.baseline={kept}")
+    settings_path(kept).unlink()
+    lines = fit("trusted", f"train.baseline={kept}")
+    assert any("has no played_step0.settings.json beside it" in line and "env.kwargs" in line for line in lines)
+    assert any(line.startswith("step 0: validation taken from") for line in lines)
 
 
 @pytest.mark.parametrize("skip,entropy,expected", [(True, 0.0, 2), (False, 0.0, 4), (True, 0.01, 4)])

@@ -205,9 +205,10 @@ class TrainLoopConfig:
     `validation/step_000000.jsonl` with the same model, items and settings (e.g. an earlier seed
     of a study: a greedy validation does not depend on the seed). The run plays the first turn of
     every item and refuses the file unless each first reply is the one it holds (`train/baseline.py`),
-    and, for a file in a run folder, unless that run's turn limit, context and reply limits and
-    env settings were this run's (a copy elsewhere is taken on trust for those). Greedy
-    validation only (`eval.temperature=0`)."""
+    and unless the turn limit, context and reply limits and env settings it was played with were
+    this run's: read from its run folder, or, for a copy kept elsewhere, from the settings file
+    `bench/keep_baseline.py` writes beside it (a copy without one is taken on trust for those,
+    and the log says so). Greedy validation only (`eval.temperature=0`)."""
     asynchronous: bool = False
     """Play the next steps' rollouts in a thread while the learner updates, from weights at most
     `rollout.max_staleness` updates old (`train/asynchronous.py`); the generator keeps its own

@@ -6,10 +6,16 @@ SmolLM2 free-reply recipe takes 40 minutes on a 2-core CPU and 90 s of a 15-minu
 A run given the file of an earlier run's step 0 checks it instead: it plays the first turn of
 every item and keeps the file only when each first reply, token for token, is the one the file
 holds (the same model, prompts and decoding), and when the file holds the same items.
+
+The replay cannot see the settings that only change later turns (`PLAYING_KEYS`: the
+environment's options, the turn limit, the context): those are read from the run folder the
+file lies in, or, for a file kept elsewhere, from the settings file beside it
+(`settings_path`, written by `write_settings`).
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,25 +31,70 @@ PLAYING_KEYS = (("env", "id"), ("env", "eval_split"), ("env", "kwargs"), ("eval"
 replay of the first turn cannot check."""
 
 
-def donor_differences(path: str | Path, played: Mapping[str, Any]) -> list[str]:
-    """When `path` is a run folder's `validation/` file, the `PLAYING_KEYS` its run played with
-    that differ from `played` (this run's config as plain data), as "eval.max_turns (10 -> 20)";
-    an unset `eval.max_turns` is the environment's. [] for a file outside a run folder (its
-    settings cannot be read) and for keys an older run's config lacks."""
+def settings_path(path: str | Path) -> Path:
+    """The settings file kept beside a validation file outside a run folder:
+    `x_step0.jsonl.gz` -> `x_step0.settings.json`."""
+    path = Path(path)
+    name = path.name
+    for suffix in (".gz", ".jsonl"):
+        name = name.removesuffix(suffix)
+    return path.with_name(name + ".settings.json")
+
+
+def played_with(played: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The `PLAYING_KEYS` of a config as plain data (`to_dict` of it), an unset `eval.max_turns`
+    made the environment's: what `write_settings` keeps and `donor_differences` compares."""
+    kept: dict[str, dict[str, Any]] = {}
+    for section, key in PLAYING_KEYS:
+        value = played[section][key]
+        if (section, key) == ("eval", "max_turns"):
+            value = value or _default_turns(played["env"]["id"])
+        kept.setdefault(section, {})[key] = value
+    return kept
+
+
+def write_settings(path: str | Path, played: Mapping[str, Any]) -> Path:
+    """Keep beside the validation file `path` the settings it was played with (`played`: the
+    config of the run or evaluation that played it, as plain data), so a run given it as
+    `train.baseline` outside its run folder can check them. Returns the settings file."""
+    target = settings_path(path)
+    target.write_text(json.dumps(played_with(played), indent=1, sort_keys=True) + "\n")
+    return target
+
+
+def donor_settings(path: str | Path) -> dict[str, Any] | None:
+    """The settings the validation file `path` was played with: its run's config when it lies in a
+    run folder's `validation/`, else its settings file (`settings_path`); None when neither exists."""
     folder = Path(path).resolve().parent
-    if folder.name != "validation" or not (folder.parent / CONFIG).is_file():
-        return []
-    donor = played_settings(folder.parent, log=lambda _: None)
+    if folder.name == "validation" and (folder.parent / CONFIG).is_file():
+        return played_settings(folder.parent, log=lambda _: None)
+    kept = settings_path(path)
+    if not kept.is_file():
+        return None
+    try:
+        donor = json.loads(kept.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"cannot read {str(kept)!r}, the settings of train.baseline {str(path)!r}: {error}") from None
+    if not isinstance(donor, dict) or not all(isinstance(donor.get(s, {}), dict) for s, _ in PLAYING_KEYS):
+        raise UserError(f"{str(kept)!r}, the settings of train.baseline {str(path)!r}, is not a mapping of sections "
+                        f"({', '.join(sorted({s for s, _ in PLAYING_KEYS}))}) to settings")
+    return donor
+
+
+def donor_differences(donor: Mapping[str, Any], played: Mapping[str, Any]) -> list[str]:
+    """The `PLAYING_KEYS` of `donor` (`donor_settings` of a validation file) that differ from
+    `played` (this run's config as plain data), as "eval.max_turns (10 -> 20)"; an unset
+    `eval.max_turns` is the environment's. Keys an older run's config lacks are not compared."""
+    ours = played_with(played)
     differences = []
     for section, key in PLAYING_KEYS:
         if key not in donor.get(section, {}):
             continue
-        theirs, ours = donor[section][key], played[section][key]
+        theirs = donor[section][key]
         if (section, key) == ("eval", "max_turns"):
-            theirs = theirs or _default_turns(donor["env"].get("id"))
-            ours = ours or _default_turns(played["env"]["id"])
-        if theirs != ours:
-            differences.append(f"{section}.{key} ({theirs!r} -> {ours!r})")
+            theirs = theirs or _default_turns(donor.get("env", {}).get("id"))
+        if theirs != ours[section][key]:
+            differences.append(f"{section}.{key} ({theirs!r} -> {ours[section][key]!r})")
     return differences
 
 

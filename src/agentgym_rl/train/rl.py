@@ -1112,13 +1112,20 @@ class RLTrainer(Trainer):
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
         played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
         from ..progress import progress_bar
-        from .baseline import check_baseline, check_file, donor_differences
+        from .baseline import PLAYING_KEYS, check_baseline, check_file, donor_differences, donor_settings, \
+            settings_path
 
         evaluation = self.config.eval
         if evaluation.temperature != 0:
             raise UserError(f"train.baseline reuses a greedy validation; this run validates at eval.temperature="
                             f"{evaluation.temperature:g} (set it to 0, or drop train.baseline)")
-        differences = donor_differences(path, to_dict(self.config))
+        donor = donor_settings(path)
+        differences = donor_differences(donor, to_dict(self.config)) if donor is not None else []
+        if donor is None:
+            self.log(f"note: train.baseline {path!r} is in no run folder and has no {settings_path(path).name} "
+                     f"beside it, so the settings that change its episodes after their first turn "
+                     f"({', '.join(f'{s}.{k}' for s, k in PLAYING_KEYS)}) are taken on trust; bench/keep_baseline.py "
+                     "keeps a run's step 0 with them")
         if differences:
             raise UserError(f"train.baseline {path!r} was played with settings other than this run's, which change "
                             f"its episodes after their first turn: {', '.join(differences)}; play step 0 (drop "
