@@ -7,7 +7,8 @@ accepted actions by kind (`Trajectory.action_verbs`, recorded when the run locat
 for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
 per validation in `validation/` (step 0's too, when the run took it from `train.baseline`):
 success, items solved per category, refused actions, mean turns, the replies that repeat the one
-before word for word (a repeated useless action spends the episode's turns)
+before word for word (a repeated useless action spends the episode's turns; after BabyAI's note
+that the last action changed nothing, `env.kwargs.note_unchanged`, counted apart too)
 and the kinds of action the greedy replies wrote (the worked example's turns left out); and each
 validation paired item by item with the first.
 
@@ -32,6 +33,7 @@ import yaml
 from agentgym_rl import metric_names as metric
 from agentgym_rl.agent.sampling import greedy_members
 from agentgym_rl.envs.babyai.actions import parse_action
+from agentgym_rl.envs.babyai.env import UNCHANGED_NOTE
 from agentgym_rl.envs.parsing import action_verb, extract_action
 from agentgym_rl.errors import UserError
 from agentgym_rl.eval.metrics import change_sentence
@@ -70,6 +72,21 @@ def repeats(episodes: list[dict], example_turns: int) -> str:
     return f"{100 * repeated / max(followers, 1):.0f}% ({repeated:,} of {followers:,})"
 
 
+def after_note(episodes: list[dict], example_turns: int) -> str:
+    """"97% (33 of 34)": of the replies that follow an observation opening with BabyAI's note
+    (`env.kwargs.note_unchanged`: the action before changed nothing), those that repeat that
+    action's reply word for word; "" when no observation holds the note."""
+    repeated = noted = 0
+    for e in episodes:
+        messages = [m for m in e["messages"] if m["role"] in ("user", "assistant")]
+        said = [i for i, m in enumerate(messages) if m["role"] == "assistant"][example_turns:]
+        for before, after in zip(said, said[1:]):
+            if messages[after - 1]["role"] == "user" and messages[after - 1]["content"].startswith(UNCHANGED_NOTE):
+                noted += 1
+                repeated += messages[before]["content"] == messages[after]["content"]
+    return f"{100 * repeated / noted:.0f}% ({repeated:,} of {noted:,})" if noted else ""
+
+
 def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
               example_turns: int = 0) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the per-step table: one column per step with saved trajectories. With
@@ -102,6 +119,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
             "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
             "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
             "replies repeating the last": repeats(episodes, example_turns),
+            "replies after a note repeating the last": after_note(episodes, example_turns),
             "kinds": kinds,
             "tokens given the bonus": str(int(m.get("adv/rare_action_tokens", 0))),
             "step (s): rollout + update": f"{m.get(metric.TIME_ROLLOUT_S, 0):.0f} + {m.get(metric.TIME_UPDATE_S, 0):.0f}",
@@ -112,6 +130,8 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
     labels = ["sampled success", "groups whose rewards differ", "refused actions", "replies repeating the last"]
     if greedy_samples:
         labels.insert(1, "greedy members' success")
+    if any(c["replies after a note repeating the last"] for c in columns):  # env.kwargs.note_unchanged
+        labels.append("replies after a note repeating the last")
     rows = [[label] + [c[label] or "" for c in columns] for label in labels]
     if shown:
         rows.append([f"accepted actions: {' / '.join(shown)}"]
@@ -172,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             "refused actions", "mean turns", "replies repeating the last", "actions written"]
         print(markdown(header, [validation_row(name, eps, example_turns, categories, args.kinds + 2)
                                 for name, eps in validations]), end="\n\n")
+        for name, eps in validations:
+            if after_note(eps, example_turns):
+                print(f"{name}: replies after a note (\"{UNCHANGED_NOTE}\") repeating the last: "
+                      f"{after_note(eps, example_turns)}")
         first_name, first = validations[0]
         for name, eps in validations[1:]:
             before = {e["item_id"]: float(e["success"]) for e in first}

@@ -66,6 +66,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     assert ("| step_000000.jsonl | 33.3% (1) | 1 | 0 | 60% (3 of 5) | 1.7 | 50% (1 of 2) | "
             "(no Action: line) 2, go to 1, (not an action) 1, pickup 1 |") in out
     assert "| step_000001.jsonl | 100.0% (3) | 2 | 1 | 0% (0 of 3) | 1.0 | 0% (0 of 0) | pickup 2, go to 1 |" in out
+    assert "after a note" not in out  # no observation holds the note
     assert "step_000001.jsonl against step_000000.jsonl: +66.7 points: 2 items gained, 0 lost" in out
 
 
@@ -105,3 +106,31 @@ def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys)
     out = capsys.readouterr().out
     assert out.index("| kept_step0.jsonl.gz | 50.0% (1) |") < out.index("| step_000000.jsonl | 100.0% (2) |")
     assert "step_000000.jsonl against kept_step0.jsonl.gz: +50.0 points: 1 items gained, 0 lost" in out
+
+
+def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart(tmp_path, capsys):
+    """`env.kwargs.note_unchanged`: a reply counts when the observation before it opens with the
+    note and a reply after the worked example came before it; it repeats when it is that reply."""
+    note = "That action changed nothing. You see a door."
+
+    def noted(*turns: tuple[str, str]) -> dict:
+        messages = [{"role": "user", "content": "goal"}]
+        for reply, observation in turns:
+            messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+        return {**episode("babyai_0", False, turns=len(turns) - 1), "messages": messages}
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
+    write_lines(run / "metrics.jsonl", [{"step": 1}])
+    episodes = [
+        noted(("example", "obs"), ("Action: go to door", note), ("Action: go to door", note), ("Action: toggle", "obs")),
+        # The note after the example's turn has no reply of the episode before it; "x" repeats without a note.
+        noted(("example", note), ("Action: x", "obs"), ("Action: x", "obs")),
+    ]
+    write_lines(run / "trajectories" / "step_000001.jsonl", episodes)
+    write_lines(run / "validation" / "step_000000.jsonl", episodes)
+    assert load_module().main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "| replies repeating the last | 67% (2 of 3) |\n| replies after a note repeating the last | 50% (1 of 2) |" in out
+    assert 'step_000000.jsonl: replies after a note ("That action changed nothing.") repeating the last: 50% (1 of 2)' in out

@@ -52,6 +52,11 @@ def make_level(gym_id: str, seed: int):
     return env
 
 
+UNCHANGED_NOTE = "That action changed nothing."
+"""What `note_unchanged` puts before the observation after an accepted action that left the level
+as it was."""
+
+
 class BabyAIEnv(TextEnv):
     """BabyAI text environment (see the module docstring).
 
@@ -142,7 +147,7 @@ class BabyAIEnv(TextEnv):
         elif outcome.truncated:
             obs = f"You ran out of steps. {obs}"
         elif state_before == state_after and not asked:
-            obs = f"That action changed nothing. {obs}"
+            obs = f"{UNCHANGED_NOTE} {obs}"
         info = {
             **self._info,
             "success": success,
