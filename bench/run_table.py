@@ -73,10 +73,11 @@ def repeats(episodes: list[dict], example_turns: int) -> str:
 
 
 def after_note(episodes: list[dict], example_turns: int) -> str:
-    """"97% (33 of 34)": of the replies that follow an observation opening with BabyAI's note
-    (`env.kwargs.note_unchanged`: the action before changed nothing), those that repeat that
-    action's reply word for word; "" when no observation holds the note."""
-    repeated = noted = 0
+    """"58% (15 of 26), the same action 92%": of the replies that follow an observation opening with
+    BabyAI's note (`env.kwargs.note_unchanged`: the action before changed nothing), those that
+    repeat the reply before it word for word, and those that name the same action (a new thought
+    before it is no change of course); "" when no observation holds the note."""
+    repeated = same_action = noted = 0
     for e in episodes:
         messages = [m for m in e["messages"] if m["role"] in ("user", "assistant")]
         said = [i for i, m in enumerate(messages) if m["role"] == "assistant"][example_turns:]
@@ -84,7 +85,10 @@ def after_note(episodes: list[dict], example_turns: int) -> str:
             if messages[after - 1]["role"] == "user" and messages[after - 1]["content"].startswith(UNCHANGED_NOTE):
                 noted += 1
                 repeated += messages[before]["content"] == messages[after]["content"]
-    return f"{100 * repeated / noted:.0f}% ({repeated:,} of {noted:,})" if noted else ""
+                same_action += (extract_action(messages[before]["content"]) or "").lower() == (
+                    extract_action(messages[after]["content"]) or "").lower()
+    return (f"{100 * repeated / noted:.0f}% ({repeated:,} of {noted:,}), the same action "
+            f"{100 * same_action / noted:.0f}%" if noted else "")
 
 
 def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,

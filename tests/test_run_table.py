@@ -110,7 +110,8 @@ def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys)
 
 def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart(tmp_path, capsys):
     """`env.kwargs.note_unchanged`: a reply counts when the observation before it opens with the
-    note and a reply after the worked example came before it; it repeats when it is that reply."""
+    note and a reply after the worked example came before it; it repeats when it is that reply,
+    and names the same action when its Action line does (1 repeat, 2 same actions of 3)."""
     note = "That action changed nothing. You see a door."
 
     def noted(*turns: tuple[str, str]) -> dict:
@@ -124,7 +125,8 @@ def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart
     (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
     write_lines(run / "metrics.jsonl", [{"step": 1}])
     episodes = [
-        noted(("example", "obs"), ("Action: go to door", note), ("Action: go to door", note), ("Action: toggle", "obs")),
+        noted(("example", "obs"), ("Action: go to door", note), ("Action: go to door", note),
+              ("Thought: again.\nAction: go to door", note), ("Action: toggle", "obs")),
         # The note after the example's turn has no reply of the episode before it; "x" repeats without a note.
         noted(("example", note), ("Action: x", "obs"), ("Action: x", "obs")),
     ]
@@ -132,5 +134,7 @@ def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart
     write_lines(run / "validation" / "step_000000.jsonl", episodes)
     assert load_module().main([str(run)]) == 0
     out = capsys.readouterr().out
-    assert "| replies repeating the last | 67% (2 of 3) |\n| replies after a note repeating the last | 50% (1 of 2) |" in out
-    assert 'step_000000.jsonl: replies after a note ("That action changed nothing.") repeating the last: 50% (1 of 2)' in out
+    assert ("| replies repeating the last | 50% (2 of 4) |\n"
+            "| replies after a note repeating the last | 33% (1 of 3), the same action 67% |") in out
+    assert ('step_000000.jsonl: replies after a note ("That action changed nothing.") repeating the last: '
+            "33% (1 of 3), the same action 67%") in out
