@@ -91,3 +91,14 @@ def test_each_kept_baseline_carries_the_settings_of_the_recipe_it_serves(name):
     assert donor_differences(donor, recipe) == []
     assert donor_differences(donor, {**recipe, "eval": {**recipe["eval"], "max_turns": 7}}) == [
         f"eval.max_turns ({donor['eval']['max_turns']} -> 7)"]
+
+
+def test_a_settings_file_that_is_no_mapping_of_sections_is_refused_by_name(tmp_path):
+    kept = tmp_path / "x_step0.jsonl.gz"
+    assert donor_settings(kept) is None  # no settings beside it: taken on trust, and logged (tests/test_train_e2e.py)
+    settings_path(kept).write_text('{"env": ["babyai"]}')
+    with pytest.raises(UserError, match=r"x_step0\.settings\.json.*is not a mapping of sections"):
+        donor_settings(kept)
+    settings_path(kept).write_text("{not json")
+    with pytest.raises(UserError, match=r"cannot read .*x_step0\.settings\.json"):
+        donor_settings(kept)
