@@ -1112,8 +1112,8 @@ class RLTrainer(Trainer):
         """Step 0's validation from `path` (`train.baseline`), once the first turn of every item,
         played now, matches it (`baseline.check_baseline`); logged and saved as `validate(0)` would."""
         from ..progress import progress_bar
-        from .baseline import PLAYING_KEYS, check_baseline, check_file, donor_differences, donor_settings, \
-            settings_path
+        from .baseline import (PLAYING_KEYS, check_baseline, check_file, donor_differences, donor_settings,
+                               settings_path)
 
         evaluation = self.config.eval
         if evaluation.temperature != 0:
@@ -1121,7 +1121,7 @@ class RLTrainer(Trainer):
                             f"{evaluation.temperature:g} (set it to 0, or drop train.baseline)")
         donor = donor_settings(path)
         differences = donor_differences(donor, to_dict(self.config)) if donor is not None else []
-        if donor is None:
+        if donor is None:  # a copy without its settings file, e.g. one kept before settings files existed
             self.log(f"note: train.baseline {path!r} is in no run folder and has no {settings_path(path).name} "
                      f"beside it, so the settings that change its episodes after their first turn "
                      f"({', '.join(f'{s}.{k}' for s, k in PLAYING_KEYS)}) are taken on trust; bench/keep_baseline.py "
