@@ -197,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(header, [validation_row(name, eps, example_turns, categories, args.kinds + 2)
                                 for name, eps in validations]), end="\n\n")
         for name, eps in validations:
-            if after_note(eps, example_turns):
-                print(f"{name}: replies after a note (\"{UNCHANGED_NOTE}\") repeating the last: "
-                      f"{after_note(eps, example_turns)}")
+            noted = after_note(eps, example_turns)
+            if noted:
+                print(f"{name}: replies after a note (\"{UNCHANGED_NOTE}\") repeating the last: {noted}")
         first_name, first = validations[0]
         for name, eps in validations[1:]:
             before = {e["item_id"]: float(e["success"]) for e in first}
