@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentgym_rl.envs.tasks import Task
-from agentgym_rl.train.curriculum import SuccessCurriculum, spread_chance
+from agentgym_rl.train.curriculum import SuccessCurriculum, only_categories, spread_chance
 from test_train_e2e import toy_config
 
 
@@ -100,3 +100,26 @@ def test_a_run_logs_the_shares_and_the_rates_its_saved_episodes_give(tmp_path, c
         played.append([json.loads(line) for line in path.read_text().splitlines()])
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert any(r["curriculum/success/goal1"] != 0.5 for r in rows[1:])  # the rates moved off the prior
+
+
+def test_only_the_named_categories_are_kept_and_a_mix_names_them_with_their_environment():
+    tasks = [Task("babyai", 0, "GoTo"), Task("babyai", 1, "Pickup"), Task("textcraft", 2, "depth 1")]
+    assert only_categories(tasks, ["GoTo", "depth 1"]) == [tasks[0], tasks[2]]
+    assert only_categories(tasks, ["GoTo"], mixed=True) == []
+    assert only_categories(tasks, ["babyai/GoTo", "textcraft/depth 1"], mixed=True) == [tasks[0], tasks[2]]
+
+
+def test_a_run_trains_only_on_the_categories_it_names_and_refuses_one_the_split_lacks(tmp_path, counter_env_registered):
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train.rl import RLTrainer
+
+    config = toy_config(tmp_path, "train.steps=2", "train.validate_every=0", "train.save_every=0",
+                        "curriculum.categories=[goal2]")
+    RLTrainer(config, log=lambda _: None).fit()
+    played = [json.loads(line) for path in sorted((tmp_path / "toy" / "trajectories").glob("step_*.jsonl"))
+              for line in path.read_text().splitlines()]
+    assert len(played) == 2 * 2 * 3 and {t["category"] for t in played} == {"goal2"}
+    wrong = toy_config(tmp_path, "run.name=wrong", "curriculum.categories=[goal2,goal9]")
+    with pytest.raises(UserError, match=r"curriculum.categories: train has no category 'goal9'; "
+                                        r"it has 'goal1', 'goal2', 'goal3'"):
+        RLTrainer(wrong, log=lambda _: None)

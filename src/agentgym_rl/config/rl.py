@@ -166,6 +166,11 @@ class CurriculumConfig:
     explore: Annotated[float, Field(ge=0, le=1)] = 0.2
     """success: the share of draws spread evenly over the categories, so that none is starved
     (1: every category equally often)."""
+    categories: list[str] = field(default_factory=list)
+    """Train only on tasks of these categories of `env.train_split` (empty: all of them), e.g.
+    `["GoTo"]` on BabyAI or `["depth 1"]` on TextCraft (a name the split lacks is refused, with
+    the ones it has); in a mix, named with their environment (`babyai/GoTo`). Validation is
+    unaffected: it plays the `eval` section's items.""" 
 
 
 @dataclass(config=SECTION)

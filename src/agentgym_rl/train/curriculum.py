@@ -51,6 +51,13 @@ def category_of(env_id: str, category: str, mixed: bool) -> str:
     return f"{env_id}/{category}" if mixed else category
 
 
+def only_categories(tasks: Sequence[Task], categories: Sequence[str], mixed: bool = False) -> list[Task]:
+    """The tasks whose category (as `category_of` names it) is one of `categories`
+    (`curriculum.categories`)."""
+    wanted = set(categories)
+    return [task for task in tasks if category_of(task.env_id, task.category, mixed) in wanted]
+
+
 class SuccessCurriculum:
     """Per-category success counts of each step played, and the draws they lead to.
 

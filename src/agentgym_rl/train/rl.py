@@ -38,7 +38,7 @@ from . import distributed
 from .asynchronous import PlayedStep, RolloutsAhead, RolloutsNow, staleness_histogram
 from .batch import TokenBatch, collate, turn_state_ids
 from .console import step_line
-from .curriculum import SuccessCurriculum, category_of
+from .curriculum import SuccessCurriculum, category_of, only_categories
 from .learner import TokenOutputs
 from .session import Session, Trainer, holds_run_folder
 from .. import metric_names as metric
@@ -434,6 +434,14 @@ class RLTrainer(Trainer):
         self.train_tasks = registry.tasks(config.env.id, config.env.train_split, config.env.kwargs)
         self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
         self.mixed = len(self.pools) > 1
+        if config.curriculum.categories:
+            self.pools = [(weight, only_categories(pool, config.curriculum.categories, self.mixed))
+                          for weight, pool in self.pools]
+            named = {category_of(t.env_id, t.category, self.mixed) for t in self.train_tasks}
+            unknown = sorted(set(config.curriculum.categories) - named)
+            if unknown:
+                raise UserError(f"curriculum.categories: {config.env.train_split} has no category "
+                                f"{', '.join(map(repr, unknown))}; it has {', '.join(map(repr, sorted(named)))}")
         self.curriculum = SuccessCurriculum(config.algo.group_size, config.curriculum.memory,
                                             config.curriculum.explore, self.mixed) \
             if config.curriculum.kind == "success" else None
