@@ -123,3 +123,6 @@ def test_a_run_trains_only_on_the_categories_it_names_and_refuses_one_the_split_
     with pytest.raises(UserError, match=r"curriculum.categories: train has no category 'goal9'; "
                                         r"it has 'goal1', 'goal2', 'goal3'"):
         RLTrainer(wrong, log=lambda _: None)
+    too_few = toy_config(tmp_path, "run.name=few", "curriculum.categories=[goal2]", "algo.tasks_per_step=11")
+    with pytest.raises(UserError, match=r"asks for 11 distinct tasks a step from the 10 train tasks in curriculum.categories"):
+        RLTrainer(too_few, log=lambda _: None)

@@ -170,7 +170,7 @@ class CurriculumConfig:
     """Train only on tasks of these categories of `env.train_split` (empty: all of them), e.g.
     `["GoTo"]` on BabyAI or `["depth 1"]` on TextCraft (a name the split lacks is refused, with
     the ones it has); in a mix, named with their environment (`babyai/GoTo`). Validation is
-    unaffected: it plays the `eval` section's items.""" 
+    unaffected: it plays the `eval` section's items."""
 
 
 @dataclass(config=SECTION)

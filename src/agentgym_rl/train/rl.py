@@ -435,13 +435,13 @@ class RLTrainer(Trainer):
         self.pools = task_pools(config.env.id, config.env.kwargs, self.train_tasks)
         self.mixed = len(self.pools) > 1
         if config.curriculum.categories:
-            self.pools = [(weight, only_categories(pool, config.curriculum.categories, self.mixed))
-                          for weight, pool in self.pools]
             named = {category_of(t.env_id, t.category, self.mixed) for t in self.train_tasks}
             unknown = sorted(set(config.curriculum.categories) - named)
             if unknown:
                 raise UserError(f"curriculum.categories: {config.env.train_split} has no category "
                                 f"{', '.join(map(repr, unknown))}; it has {', '.join(map(repr, sorted(named)))}")
+            self.pools = [(weight, only_categories(pool, config.curriculum.categories, self.mixed))
+                          for weight, pool in self.pools]
         self.curriculum = SuccessCurriculum(config.algo.group_size, config.curriculum.memory,
                                             config.curriculum.explore, self.mixed) \
             if config.curriculum.kind == "success" else None
@@ -449,8 +449,9 @@ class RLTrainer(Trainer):
                                                                     config.algo.tasks_per_step)):
             if quota > len(pool):
                 where = f" of {pool[0].env_id}" if self.mixed and pool else ""
+                kept = " in curriculum.categories" if config.curriculum.categories else ""
                 raise UserError(f"algo.tasks_per_step={config.algo.tasks_per_step} asks for {quota} distinct tasks "
-                                f"a step from the {len(pool)} {config.env.train_split} tasks{where}")
+                                f"a step from the {len(pool)} {config.env.train_split} tasks{where}{kept}")
 
     # ----------------------------------------------------------------------------- setup
     def _setup(self, resume: bool) -> int:
