@@ -69,3 +69,26 @@ def test_a_run_is_evaluated_on_the_items_its_validation_drew(tmp_path):
     result = run("eval", "--run", str(tmp_path / "r"), "--episodes", "5", "--max-turns", "1", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["items"] == "first"
+
+
+def test_eval_plays_only_the_categories_asked_for(tmp_path):
+    tests = registry.tasks("babyai", "test")
+    goto = sum(task.category == "GoTo" for task in tests)
+    pickup = sum(task.category == "Pickup" for task in tests)
+    assert 0 < goto < len(tests) and pickup > 0
+    out = tmp_path / "summary.json"
+    result = run("eval", "--env", "babyai", "--policy", "random", "--max-turns", "1", "--json", str(out),
+                 "--category", "GoTo", "--category", "Pickup")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())
+    assert set(summary["by_category"]) == {"GoTo", "Pickup"} and summary["episodes"] == goto + pickup
+    assert summary["categories"] == ["GoTo", "Pickup"] and "(GoTo, Pickup)" in result.stdout
+    # --episodes chooses among the category's items; more than it has is refused with its count.
+    result = run("eval", "--env", "babyai", "--policy", "random", "--max-turns", "1", "--json", str(out),
+                 "--category", "GoTo", "--episodes", "2")
+    assert result.returncode == 0 and set(json.loads(out.read_text())["by_category"]) == {"GoTo"}
+    too_many = run("eval", "--env", "babyai", "--policy", "random", "--category", "GoTo", "--episodes", str(goto + 1))
+    assert too_many.returncode != 0 and f"in GoTo has {goto} items" in too_many.stderr
+    unknown = run("eval", "--env", "babyai", "--policy", "random", "eval.categories=[Goto]")
+    assert unknown.returncode != 0 and "no category 'Goto'; it has " in unknown.stderr and "GoTo" in unknown.stderr
+    assert "Traceback" not in unknown.stderr

@@ -94,7 +94,8 @@ FLAG_KEYS = {"--env": "env.id", "--split": "env.eval_split", "--episodes": "eval
              "--samples": "eval.samples", "--max-turns": "eval.max_turns", "--temperature": "eval.temperature",
              "--max-new-tokens": "rollout.max_new_tokens", "--seed": "run.seed",
              "--system-prompt": "rollout.system_prompt", "--reuse-kv-cache": "rollout.reuse_kv_cache",
-             "--listed-actions-only": "eval.listed_actions_only", "--items": "eval.items"}
+             "--listed-actions-only": "eval.listed_actions_only", "--items": "eval.items",
+             "--category": "eval.categories"}
 
 POLICY = typer.Option(None, help="'expert', 'random', a local model folder (a run's checkpoint brings its "
                       "run's env and rollout settings), a run folder (its newest checkpoint, as --run) or a named "
@@ -214,6 +215,9 @@ def eval_command(
     split: Optional[str] = typer.Option(None, help="train or test (env.eval_split; default test)."),
     episodes: Optional[int] = EPISODES,
     items: Optional[str] = ITEMS,
+    category: Optional[List[str]] = typer.Option(None, help="Play only this category's items (repeatable: "
+                                                 "eval.categories), named as the table names them, e.g. "
+                                                 "'depth 1'; --episodes and --items choose among them."),
     samples: Optional[int] = SAMPLES,
     max_turns: Optional[int] = MAX_TURNS,
     temperature: Optional[float] = TEMPERATURE,
@@ -242,7 +246,8 @@ def eval_command(
         "--env": env, "--split": split, "--episodes": episodes, "--samples": samples, "--max-turns": max_turns,
         "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed,
         "--system-prompt": system_prompt, "--reuse-kv-cache": reuse_kv_cache,
-        "--listed-actions-only": listed_actions_only, "--items": items}, env_arg, overrides)
+        "--listed-actions-only": listed_actions_only, "--items": items, "--category": category or None},
+        env_arg, overrides)
     told = temperature is not None or any(item.startswith("eval.temperature=") for item in overrides or [])
     if config.eval.samples > 1 and config.eval.temperature == 0 and not told:
         # Several greedy samples of an item would be one episode repeated.

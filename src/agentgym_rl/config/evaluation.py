@@ -21,6 +21,10 @@ class PlayEvalConfig(EvalConfig):
 
     episodes: NonNegative = 0
     """Items played (0: every item of the split), drawn as `items` says."""
+    categories: List[str] = field(default_factory=list)
+    """Play only the items of these categories of the split (empty: all), named as the
+    evaluation's table names them (TextCraft `depth 1`, BabyAI `GoTo`); `episodes` and `items`
+    then choose among them. A name the split lacks is refused with the ones it has."""
     temperature: NonNegativeFloat = 0.0
     """Sampling temperature of a model policy (0 = greedy, `eval`'s default, as the published
     figures are; `eval --samples K` with K > 1 and `collect` sample at 1 unless told otherwise)."""

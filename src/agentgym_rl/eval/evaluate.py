@@ -11,7 +11,7 @@ from typing import Any, Callable
 from ..envs import registry
 from ..errors import UserError
 from ..config import DEFAULT_DEVICE, PlayConfig, RolloutConfig
-from ..envs.tasks import choose_items
+from ..envs.tasks import Task, choose_items
 from ..rollout.engine import RolloutEngine
 from ..rollout.journal import Journal
 from ..rollout.rewards import EpisodeReward
@@ -92,6 +92,7 @@ class Evaluation:
         max_turns, temperature: the turn limit and the sampling temperature played with.
         listed_actions_only: replies were restricted to the listed actions.
         items: how the items were drawn ("first", "stratified"), or "all" of the split.
+        categories: the categories played (empty: every one of the split).
         summary: the episodes' figures (`metrics.summarize`).
     """
 
@@ -102,6 +103,7 @@ class Evaluation:
     temperature: float
     listed_actions_only: bool
     items: str
+    categories: tuple[str, ...]
     summary: Summary
 
     def as_dict(self) -> dict[str, Any]:
@@ -110,7 +112,8 @@ class Evaluation:
         return {**settings, **self.summary.as_dict()}
 
     def title(self) -> str:
-        return f"{self.env} {self.split} — policy {self.policy}"
+        played = f" ({', '.join(self.categories)})" if self.categories else ""
+        return f"{self.env} {self.split}{played} — policy {self.policy}"
 
 
 def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int | None = None,
@@ -119,9 +122,10 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              env_kwargs: dict | None = None, desc: str | None = None, device: str = DEFAULT_DEVICE,
              dtype: str = "float32", env_urls: list[str] = (), env_timeout: float = 60.0,
              listed_actions_only: bool = False, items: str = "first", journal: Journal | None = None,
-             log: Callable[[str], Any] = print, reward: EpisodeReward | None = None) -> tuple[Evaluation, list[Trajectory]]:
+             log: Callable[[str], Any] = print, reward: EpisodeReward | None = None,
+             categories: tuple[str, ...] = ()) -> tuple[Evaluation, list[Trajectory]]:
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
-    categories: `envs.tasks.choose_items`), `samples` times each (`listed_actions_only`: a model
+    categories: `envs.tasks.choose_items`; only those of `categories` if any), `samples` times each (`listed_actions_only`: a model
     policy named by its folder replies only with listed actions, see `ModelPolicy`). With
     `journal`, the episodes are written there every turn and a journal of this evaluation is
     gone on from (`eval_journal`); `log` says so.
@@ -131,12 +135,15 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         as a fraction, pass_at_k with k = samples).
     """
     tasks = registry.tasks(env_id, split, env_kwargs)
+    if categories:
+        tasks = _of_categories(tasks, categories, f"the {split} split of {env_id}")
     split_size = len(tasks)
     if episodes is not None:
         if episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {episodes}")
         if episodes > len(tasks):
-            raise UserError(f"the {split} split of {env_id} has {len(tasks)} items; asked for {episodes}")
+            raise UserError(f"the {split} split of {env_id}{' in ' + ', '.join(categories) if categories else ''} "
+                            f"has {len(tasks)} items; asked for {episodes}")
         tasks = choose_items(tasks, episodes, items)
     if samples < 1:
         raise UserError(f"--samples must be >= 1, got {samples}")
@@ -170,8 +177,20 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
             f"prompt (up to {longest} tokens){' with rollout.reply_prefix' if rollout.reply_prefix else ''} and a "
             f"{rollout.max_new_tokens}-token reply do not fit rollout.max_context={rollout.max_context}")
     evaluation = Evaluation(env_id, split, policy if isinstance(policy, str) else "model", horizon, temperature,
-                            listed_actions_only, items if len(tasks) < split_size else "all", summarize(trajectories))
+                            listed_actions_only, items if len(tasks) < split_size else "all", tuple(categories),
+                            summarize(trajectories))
     return evaluation, trajectories
+
+
+def _of_categories(tasks: list[Task], categories: tuple[str, ...], split: str) -> list[Task]:
+    """The tasks of `categories` (`eval.categories`), in split order; a name `split` lacks is a
+    `UserError` that lists the ones it has."""
+    named = sorted({task.category for task in tasks})
+    unknown = [name for name in categories if name not in named]
+    if unknown:
+        raise UserError(f"eval.categories: {split} has no category {', '.join(map(repr, unknown))}; it has "
+                        f"{', '.join(named)}")
+    return [task for task in tasks if task.category in categories]
 
 
 def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = None, journal: Path | None = None,
@@ -185,7 +204,7 @@ def evaluate_played(config: PlayConfig, policy: str | Any, desc: str | None = No
                     env_urls=config.env.urls, env_timeout=config.env.server_timeout,
                     listed_actions_only=config.eval.listed_actions_only, items=config.eval.items,
                     journal=eval_journal(journal, config, policy) if journal is not None else None, log=log,
-                    reward=EpisodeReward.from_env(config.env))
+                    reward=EpisodeReward.from_env(config.env), categories=tuple(config.eval.categories))
 
 
 def eval_journal(path: Path, config: PlayConfig, policy: str | Any) -> Journal:
