@@ -69,6 +69,11 @@ def test_a_run_is_evaluated_on_the_items_its_validation_drew(tmp_path):
     result = run("eval", "--run", str(tmp_path / "r"), "--episodes", "5", "--max-turns", "1", "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["items"] == "first"
+    # The run validated on 90 items of the whole split; --category plays every item of the category.
+    result = run("eval", "--run", str(tmp_path / "r"), "--category", "GoTo", "--max-turns", "1", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    goto = sum(task.category == "GoTo" for task in registry.tasks("babyai", "test"))
+    assert json.loads(out.read_text())["episodes"] == goto
 
 
 def test_eval_plays_only_the_categories_asked_for(tmp_path):

@@ -186,6 +186,8 @@ def _play_config(policy: Optional[str], run: Optional[Path], flags: dict, env_ar
         # eval spreads its items over the categories, except on a run (--run), which keeps the
         # items its validation drew
         flags = {**flags, "--items": "stratified"}
+    if flags.get("--category") and flags.get("--episodes") is None:
+        set_key(data, "eval.episodes", 0)  # a run's item count is of its whole split: play all the categories' items
     env_id = flags.get("--env")
     if env_id is not None and env_id != data.get("env", {}).get("id", env_id):
         data["env"].pop("kwargs", None)  # another environment's constructor arguments do not apply
