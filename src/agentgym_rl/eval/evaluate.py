@@ -125,8 +125,9 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
              log: Callable[[str], Any] = print, reward: EpisodeReward | None = None,
              categories: tuple[str, ...] = ()) -> tuple[Evaluation, list[Trajectory]]:
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
-    categories: `envs.tasks.choose_items`; only those of `categories` if any), `samples` times each (`listed_actions_only`: a model
-    policy named by its folder replies only with listed actions, see `ModelPolicy`). With
+    categories: `envs.tasks.choose_items`; with `categories`, chosen among those categories' tasks),
+    `samples` times each (`listed_actions_only`: a model policy named by its folder replies only
+    with listed actions, see `ModelPolicy`). With
     `journal`, the episodes are written there every turn and a journal of this evaluation is
     gone on from (`eval_journal`); `log` says so.
 
