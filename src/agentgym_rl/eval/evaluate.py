@@ -127,9 +127,8 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
     """Play `episodes` tasks of `split` (its first, or with `items="stratified"` spread over its
     categories: `envs.tasks.choose_items`; with `categories`, chosen among those categories' tasks),
     `samples` times each (`listed_actions_only`: a model policy named by its folder replies only
-    with listed actions, see `ModelPolicy`). With
-    `journal`, the episodes are written there every turn and a journal of this evaluation is
-    gone on from (`eval_journal`); `log` says so.
+    with listed actions, see `ModelPolicy`). With `journal`, the episodes are written there every
+    turn and a journal of this evaluation is gone on from (`eval_journal`); `log` says so.
 
     Returns:
         (evaluation, trajectories): what was played and its `metrics.Summary` (success = Avg@n
