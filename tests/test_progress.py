@@ -44,6 +44,16 @@ def test_an_iterated_bar_counts_from_where_a_resumed_run_starts(clock, capsys):
     assert [line.split()[2] for line in lines] == ["5/10", "6/10", "7/10", "8/10", "9/10"]
 
 
+def test_work_done_before_a_bar_began_counts_in_its_total_but_not_its_rate(clock, capsys):
+    bar = progress.progress_bar(total=69, desc="eval", unit="ep")
+    progress.count_as_done(bar, 18)  # read back from a journal at once
+    clock[0] += 200.0
+    bar.update(2)
+    # 20 of 69 done, 2 of them here in 200 s: 100 s each, 49 left = 1:21:40 (counting the 18 as played:
+    # 10 s each, 8:10).
+    assert capsys.readouterr().err.splitlines() == ["eval:  29% 20/69 [03:20<1:21:40, 100.00s/ep]"]
+
+
 def test_a_disabled_bar_writes_nothing(clock, capsys):
     with progress.progress_bar(total=3, disable=True) as bar:
         clock[0] += 500

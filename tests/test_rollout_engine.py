@@ -361,6 +361,12 @@ def test_a_run_killed_mid_rollout_continues_from_its_journal_as_if_never_stopped
     with RolloutEngine(registry.env_factory("textcraft"), config) as engine:
         greedy = Journal(tmp_path / "greedy.journal", key="weights-a", every=1)
         assert len(engine.run(tasks, model_policy(model, tiny_tokenizer, 0.0, config), 5, journal=greedy)) == 3
+    # Run again, all three are read back: reported once as done before the run, none as played.
+    played, reread = [], []
+    with RolloutEngine(registry.env_factory("textcraft"), config) as engine:
+        engine.run(tasks, model_policy(model, tiny_tokenizer, 0.0, config), 5, journal=greedy, progress=played.append,
+                   reread_progress=reread.append)
+    assert (played, reread) == ([], [3])
 
 
 def test_a_journal_needs_environments_that_snapshot(tmp_path):

@@ -78,3 +78,16 @@ class ProgressLines:
         line = tqdm.format_meter(self.n, self.total, now - self.began, ncols=0, prefix=self.desc, unit=self.unit,
                                  ascii=True, postfix=self.postfix or None, initial=self.initial)
         print(line, file=sys.stderr, flush=True)
+
+
+def count_as_done(bar: Any, n: int) -> None:
+    """Advance `bar` (a `progress_bar`) by `n` units done before it began, such as episodes read
+    back from a journal: they count towards its total but not its rate, so the time it shows
+    left is the work left at the pace of the work done here."""
+    if not n:
+        return
+    bar.n += n
+    bar.initial = getattr(bar, "initial", 0) + n  # the whole run's rate: (n - initial) / elapsed
+    if hasattr(bar, "last_print_n"):  # tqdm's smoothed rate takes the units since its last redraw
+        bar.last_print_n += n
+        bar.refresh()

@@ -159,14 +159,15 @@ def evaluate(env_id: str, policy: str | Any, split: str = "test", episodes: int 
         _check_listable(make_env, tasks[0], seed, "replies cannot be restricted to them (BabyAI lists them with "
                         "env.kwargs.list_actions=true)")
     engine = RolloutEngine(make_env, rollout, reward)
-    from ..progress import progress_bar
+    from ..progress import count_as_done, progress_bar
 
     with engine, progress_bar(total=len(tasks) * samples, desc=desc or f"eval {env_id}/{split}", unit="ep",
                               disable=not progress) as bar:
         # Each episode samples from its own stream: an evaluation resumed from its journal, or run
         # with other threads or batch caps, draws what one uninterrupted run would.
         trajectories = engine.run(tasks, agent, horizon, samples=samples, seed=seed, progress=bar.update,
-                                  sampling_seed=seed, journal=journal)
+                                  sampling_seed=seed, journal=journal,
+                                  reread_progress=lambda n: count_as_done(bar, n))
     if engine.reread or engine.resumed:
         log(f"went on from the journal {journal.path}: {engine.reread} finished episodes kept, "
             f"{engine.resumed} unfinished ones continued")

@@ -137,7 +137,7 @@ class RolloutEngine:
     def run(self, tasks: list[Task], policy: Policy | Any, max_turns: int, samples: int = 1, seed: int = 0,
             progress: Callable[[int], Any] | None = None, sampling_seed: int | None = None,
             journal: Journal | None = None, between_turns: Callable[[], int] | None = None,
-            greedy_samples: int = 0) -> list[Trajectory]:
+            greedy_samples: int = 0, reread_progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
         """Play each task `samples` times, at most `max_turns` environment steps each.
 
         Args:
@@ -164,6 +164,9 @@ class RolloutEngine:
             greedy_samples: of each task's samples, how many (the first) decode greedily, the
                 others sampled from their streams (`agent.sampling.GREEDY_STREAM`; needs
                 `sampling_seed` and a generator that reads streams).
+            reread_progress: called once with the number of finished episodes read back from the
+                journal, before any is played (`progress.count_as_done` keeps them out of a
+                bar's rate); None: they count through `progress` as if just played.
         Returns:
             trajectories ordered task by task, samples together.
         """
@@ -183,13 +186,15 @@ class RolloutEngine:
         policy.reset()
         try:
             self._sampling_seed, self._greedy_samples = sampling_seed, greedy_samples
-            return self._run(tasks, policy, max_turns, samples, seed, progress, journal, between_turns)
+            return self._run(tasks, policy, max_turns, samples, seed, progress, journal, between_turns,
+                             reread_progress or progress)
         finally:
             policy.reset()  # also frees the cache's memory between runs
 
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
              progress: Callable[[int], Any] | None, journal: Journal | None,
-             between_turns: Callable[[], int] | None = None) -> list[Trajectory]:
+             between_turns: Callable[[], int] | None = None,
+             reread_progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
         if self.config.example and not self._example:
             self._example = self._worked_example()
@@ -216,7 +221,7 @@ class RolloutEngine:
             if saved is not None:
                 episodes, jobs, started = self._resume(saved, pool), saved["jobs"], saved["started"]
                 self._retry_failed([e for e in episodes if e.done], jobs)
-                self._report([e for e in episodes if not e.dropped], progress)
+                self._report([e for e in episodes if not e.dropped], reread_progress)
             while True:
                 self._unbranched_samples(episodes, jobs)
                 # Start episodes as others finish, so at most `limit` environments are alive.

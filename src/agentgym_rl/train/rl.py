@@ -1092,7 +1092,7 @@ class RLTrainer(Trainer):
     # ------------------------------------------------------------------ validate and save
     def validate(self, step: int) -> Validation:
         """Success on held-out items at the evaluation horizon; logged as val/*."""
-        from ..progress import progress_bar
+        from ..progress import count_as_done, progress_bar
 
         began = _clock()
         evaluation = self.config.eval
@@ -1107,7 +1107,8 @@ class RLTrainer(Trainer):
         with progress_bar(total=episodes, desc=f"validation (step {step})", unit="ep", leave=False) as bar:
             trajectories = self.val_engine.run(self.val_tasks, self.val_policy, horizon, samples=evaluation.samples,
                                                seed=self.config.run.seed, progress=bar.update,
-                                               sampling_seed=self.config.run.seed, journal=journal)
+                                               sampling_seed=self.config.run.seed, journal=journal,
+                                               reread_progress=lambda n: count_as_done(bar, n))
         if self.val_engine.resumed > resumed or self.val_engine.reread > reread:
             self.log(f"step {step}: the validation went on from its journal ({self.val_engine.reread - reread} "
                      f"finished episodes kept, {self.val_engine.resumed - resumed} unfinished ones continued)")
