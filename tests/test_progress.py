@@ -54,6 +54,21 @@ def test_work_done_before_a_bar_began_counts_in_its_total_but_not_its_rate(clock
     assert capsys.readouterr().err.splitlines() == ["eval:  29% 20/69 [03:20<1:21:40, 100.00s/ep]"]
 
 
+def test_work_done_before_a_tqdm_bar_began_stays_out_of_its_smoothed_rate():
+    import io
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=69, unit="ep", file=io.StringIO(), mininterval=0, smoothing=0)
+    now = [0.0]
+    bar._time, bar.start_t, bar.last_print_t = (lambda: now[0]), 0.0, 0.0
+    progress.count_as_done(bar, 18)
+    now[0] = 200.0
+    bar.update(2)
+    # 2 played in 200 s: 100 s each (counting the 18: 10 s each).
+    assert "20/69 [03:20<1:21:40, 100.00s/ep]" in str(bar)
+
+
 def test_a_disabled_bar_writes_nothing(clock, capsys):
     with progress.progress_bar(total=3, disable=True) as bar:
         clock[0] += 500

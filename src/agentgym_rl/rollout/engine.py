@@ -193,8 +193,8 @@ class RolloutEngine:
 
     def _run(self, tasks: list[Task], policy: Policy, max_turns: int, samples: int, seed: int,
              progress: Callable[[int], Any] | None, journal: Journal | None,
-             between_turns: Callable[[], int] | None = None,
-             reread_progress: Callable[[int], Any] | None = None) -> list[Trajectory]:
+             between_turns: Callable[[], int] | None,
+             reread_progress: Callable[[int], Any] | None) -> list[Trajectory]:
         self._prefix = self._reply_prefix(policy)
         if self.config.example and not self._example:
             self._example = self._worked_example()
