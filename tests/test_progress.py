@@ -59,7 +59,7 @@ def test_work_done_before_a_tqdm_bar_began_stays_out_of_its_smoothed_rate():
 
     from tqdm import tqdm
 
-    bar = tqdm(total=69, unit="ep", file=io.StringIO(), mininterval=0, smoothing=0)
+    bar = tqdm(total=69, unit="ep", file=io.StringIO(), mininterval=0, smoothing=1)
     now = [0.0]
     bar._time, bar.start_t, bar.last_print_t = (lambda: now[0]), 0.0, 0.0
     progress.count_as_done(bar, 18)
