@@ -401,6 +401,11 @@ def test_rare_action_tokens_keeps_the_actions_whose_verb_holds_at_most_the_share
     positions, rare = rare_action_tokens(tokens, verbs, share=0.05)
     assert rare == {"turn"} and positions == [[], [8], []]
     assert rare_action_tokens([[], []], [[], []], share=0.05) == ([[], []], set())
+    # Counted over a step where "pickup" is 2 of 4 actions it is not rare there; "turn" is absent.
+    positions, rare = rare_action_tokens(tokens, verbs, share=0.5, counted_over=[["go", "pickup"], ["pickup", "go"]])
+    assert rare == {"go", "pickup"} and positions == [[3, 9], [4] * 9, [5] * 7 + [6, 7]]
+    positions, rare = rare_action_tokens(tokens, verbs, share=0.25, counted_over=[["go"] * 5, ["turn"]])
+    assert rare == {"turn"} and positions == [[], [8], []]
     with pytest.raises(ValueError, match="needs its verb"):
         rare_action_tokens([[1, 2]], [["go"]], share=0.05)
     with pytest.raises(ValueError, match=r"share must be in \(0, 1\]"):

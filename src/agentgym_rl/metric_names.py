@@ -77,6 +77,7 @@ SAMPLING_REFILL_ROUNDS = "sampling/refill_rounds"
 SAMPLING_EXTRA_GROUPS = "sampling/extra_groups"
 SAMPLING_GROUPS_WITH_SIGNAL = "sampling/groups_with_signal"
 SAMPLING_GROUPS_DROPPED = "sampling/groups_dropped"
+SAMPLING_RARE_ACTION_GROUPS = "sampling/rare_action_groups"
 
 DPO_CHOSEN = "rewards/chosen"
 DPO_REJECTED = "rewards/rejected"
@@ -203,6 +204,7 @@ DOCS = {
     SAMPLING_EXTRA_GROUPS: "dynamic sampling: groups played beyond tasks_per_step",
     SAMPLING_GROUPS_WITH_SIGNAL: "dynamic sampling: groups whose rewards differ (a group-relative signal)",
     SAMPLING_GROUPS_DROPPED: "dynamic sampling's filter: groups left out of the update (tied, or beyond tasks_per_step)",
+    SAMPLING_RARE_ACTION_GROUPS: "dynamic sampling's filter: tied groups kept for a rare action (filter_keeps_rare_actions)",
     DPO_CHOSEN: "DPO: mean implicit reward of the chosen episodes, β · log(π/π_ref)",
     DPO_REJECTED: "DPO: mean implicit reward of the rejected episodes",
     DPO_MARGIN: "DPO: mean chosen − rejected implicit reward",

@@ -173,28 +173,38 @@ def discredit_turns(advantages: Tensor, mask: Tensor, turns: list[list[int]],
     return torch.where(capped, torch.zeros_like(advantages), advantages), int(capped.sum())
 
 
-def rare_action_tokens(tokens: list[list[int]], verbs: list[list[str]], share: float) -> tuple[list[list[int]], set[str]]:
-    """The action tokens whose verb is rare in the batch: an exploration bonus's positions.
+def rare_verbs(verbs: list[list[str]], share: float) -> set[str]:
+    """The verbs whose count is at most `share` of all the actions in `verbs` (lists of each
+    row's action verbs): in 20 actions (18 "go", 1 "pickup", 1 "turn") at share 0.05,
+    {"pickup", "turn"}."""
+    if not 0 < share <= 1:
+        raise ValueError(f"share must be in (0, 1], got {share}")
+    counts = Counter(verb for row in verbs for verb in row)
+    total = sum(counts.values())
+    return {verb for verb, count in counts.items() if count <= share * total}
 
-    Counts every row's actions by verb; a verb whose count is at most `share` of all of them
-    is rare. In a batch of 20 actions (18 "go", 1 "pickup", 1 "turn") at share 0.05 (one
-    action in 20), "pickup" and "turn" are rare and each row keeps the tokens of those.
+
+def rare_action_tokens(tokens: list[list[int]], verbs: list[list[str]], share: float,
+                       counted_over: list[list[str]] | None = None) -> tuple[list[list[int]], set[str]]:
+    """The action tokens whose verb is rare: an exploration bonus's positions.
+
+    Counts the actions by verb (`rare_verbs`) over the batch, or over `counted_over` where the
+    batch is a part of what was played; each row keeps the tokens of its rare actions. In a
+    batch of 20 actions (18 "go", 1 "pickup", 1 "turn") at share 0.05, "pickup" and "turn" are
+    rare.
 
     Args:
         tokens: B lists of column indices, one per action (`Trajectory.action_tokens`).
         verbs: B lists of the same lengths, each action's verb (`Trajectory.action_verbs`).
         share: in (0, 1].
+        counted_over: lists of action verbs to count instead of `verbs` (None: `verbs`).
 
     Returns:
         (B lists of the columns of rare actions, the rare verbs).
     """
-    if not 0 < share <= 1:
-        raise ValueError(f"share must be in (0, 1], got {share}")
     if len(tokens) != len(verbs) or any(len(t) != len(v) for t, v in zip(tokens, verbs)):
         raise ValueError("every action token needs its verb")
-    counts = Counter(verb for row in verbs for verb in row)
-    total = sum(counts.values())
-    rare = {verb for verb, count in counts.items() if count <= share * total}
+    rare = rare_verbs(verbs if counted_over is None else counted_over, share)
     return [[t for t, v in zip(row_tokens, row_verbs) if v in rare] for row_tokens, row_verbs in zip(tokens, verbs)], rare
 
 

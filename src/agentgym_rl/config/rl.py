@@ -80,6 +80,13 @@ class AlgoRunConfig:
     so the batch keeps its size; `sampling/groups_dropped` counts them. The step's success,
     reward and saved episodes still cover every group played. False (the default): every group
     is in the batch, as in the runs RESULTS records."""
+    filter_keeps_rare_actions: bool = False
+    """With `dynamic_sampling_filter` and `rare_action_bonus`: a tied group in which an action's
+    verb is rare over all the step's episodes has a signal too (the bonus), so the filter keeps
+    such groups where places are left after the groups whose rewards differ (in the order they
+    were played; `sampling/rare_action_groups` counts them), and the bonus counts verbs over all
+    the step's episodes, not only the kept ones. False (the default): the filter keeps only
+    groups whose rewards differ, and the bonus counts over those (RESULTS' filter run)."""
 
     def __post_init__(self) -> None:
         spec = self.spec()  # an unknown name or a value the recipe cannot take fails here
@@ -90,6 +97,9 @@ class AlgoRunConfig:
         if self.dynamic_sampling_filter and not grouped:
             raise ValueError(f"dynamic_sampling_filter keeps groups whose rewards differ; {self.name}'s advantage "
                              "does not compare a task's samples (use grpo, gigpo, rloo or loop)")
+        if self.filter_keeps_rare_actions and not (self.dynamic_sampling_filter and spec.rare_action_bonus is not None):
+            raise ValueError("filter_keeps_rare_actions changes what DAPO's filter keeps for the exploration bonus: "
+                             "it needs dynamic_sampling_filter: true and a rare_action_bonus")
         if self.dynamic_sampling and not grouped:
             raise ValueError(f"dynamic_sampling refills groups whose rewards tie; {self.name}'s advantage does not "
                              "compare a task's samples (use grpo, gigpo, rloo or loop, or dynamic_sampling: 0)")

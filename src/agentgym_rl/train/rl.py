@@ -22,7 +22,7 @@ import torch
 from ..agent.sampling import greedy_members
 from ..algos import (KL, AlgorithmSpec, HorizonSchedule, add_at_tokens, advantage_inputs, compute_advantages,
                      discredit_turns, make_kl_controller, masked_mean, outcome_token_rewards, penalize_tokens,
-                     rare_action_tokens, rl_objective)
+                     rare_action_tokens, rare_verbs, rl_objective)
 from ..config import RLConfig, from_dict, load_yaml, to_dict
 from ..envs import registry
 from ..envs.mix import member_quotas, task_pools
@@ -301,12 +301,21 @@ def greedy_success(trajectories: list[Trajectory], greedy_samples: int) -> float
     return sum(greedy) / max(len(greedy), 1)
 
 
-def dapo_filter(trajectories: list[Trajectory], groups: int) -> tuple[list[Trajectory], int]:
+def trainable(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """The episodes an update can train on: an episode cut short by an environment failure has
+    no honest outcome, and one without an action token has nothing to train."""
+    return [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
+
+
+def dapo_filter(trajectories: list[Trajectory], groups: int,
+                fallback: set[int] | frozenset[int] = frozenset()) -> tuple[list[Trajectory], int]:
     """DAPO's filter (Yu et al. 2025, dynamic sampling): the episodes of the first `groups` groups
     (by group id, the order they were played in) whose rewards differ, and how many groups were
     left out: those whose rewards tie, which give no group-relative advantage, and those beyond
-    `groups`, so that the batch keeps its size."""
-    kept = sorted(groups_with_reward_spread(trajectories))[:groups]
+    `groups`, so that the batch keeps its size. The tied groups in `fallback` (ones another term
+    gives a signal, such as a rare action's bonus) fill the places left, in group order."""
+    spread = sorted(groups_with_reward_spread(trajectories))
+    kept = (spread + sorted(set(fallback) - set(spread)))[:groups]
     chosen = set(kept)
     played = {trajectory.group for trajectory in trajectories}
     return [t for t in trajectories if t.group in chosen], len(played) - len(chosen)
@@ -625,8 +634,9 @@ class RLTrainer(Trainer):
                 played = rollouts.take(step)
                 updated = time.time()
                 trained, filtered = self._trained(played.trajectories)
+                counted_over = played.trajectories if cfg.algo.filter_keeps_rare_actions else None
                 update_metrics = {**played.metrics, **filtered, **rollouts.extra_metrics(played),
-                                  **self.update(trained, step)}
+                                  **self.update(trained, step, counted_over)}
                 self._sync_generators()
                 run.last_step = done = step + 1
                 out_of_time = done < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began, done)
@@ -919,17 +929,27 @@ class RLTrainer(Trainer):
         algo = self.config.algo
         if not algo.dynamic_sampling_filter:
             return trajectories, {}
-        kept, dropped = dapo_filter(trajectories, algo.tasks_per_step)
-        return kept, {metric.SAMPLING_GROUPS_DROPPED: dropped}
+        if not algo.filter_keeps_rare_actions:
+            kept, dropped = dapo_filter(trajectories, algo.tasks_per_step)
+            return kept, {metric.SAMPLING_GROUPS_DROPPED: dropped}
+        rows = trainable(trajectories)
+        rare = rare_verbs([t.action_verbs for t in rows], self.algorithm.rare_action_share)
+        with_rare = {t.group for t in rows if rare.intersection(t.action_verbs)}
+        kept, dropped = dapo_filter(trajectories, algo.tasks_per_step, fallback=with_rare)
+        tied = {t.group for t in kept} - groups_with_reward_spread(trajectories)
+        return kept, {metric.SAMPLING_GROUPS_DROPPED: dropped, metric.SAMPLING_RARE_ACTION_GROUPS: len(tied)}
 
-    def update(self, trajectories: list[Trajectory], step: int) -> dict[str, float]:
+    def update(self, trajectories: list[Trajectory], step: int,
+               counted_over: list[Trajectory] | None = None) -> dict[str, float]:
         """Advantages by the algorithm's estimator, then `epochs` passes of the recipe's objective
         (`algos.rl_objective`: the policy loss plus value, KL, right-token and entropy terms as
-        configured) over shuffled minibatches."""
+        configured) over shuffled minibatches. `counted_over`: the episodes over which
+        `rare_action_bonus` counts verbs (None: `trajectories`), the whole step's where a filter
+        chose `trajectories` from them."""
         algo, beta = self.config.algo, self.kl_control.value
         # An episode cut short by an environment failure has no honest outcome: it is left out
         # (its group compares the others), and counted.
-        rows = [t for t in trajectories if t.error is None and sum(t.loss_mask) > 0]
+        rows = trainable(trajectories)
         metrics: dict[str, float] = {metric.KL_COEF: beta, metric.UPDATE_TRAJECTORIES: 0,
                                      metric.UPDATE_FAILED_LEFT_OUT: sum(t.error is not None for t in trajectories)}
         if not rows:
@@ -946,7 +966,8 @@ class RLTrainer(Trainer):
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
             metrics[metric.TIME_SCORE_S] = self._score(batch, beta, context.gap)
-        advantages = self._advantages(batch, rows, spec, metrics)
+        verbs = None if counted_over is None else [t.action_verbs for t in trainable(counted_over)]
+        advantages = self._advantages(batch, rows, spec, metrics, verbs)
         keep = self._rows_with_signal(batch, advantages.keep, spec, metrics)
         metrics[metric.UPDATE_TRAJECTORIES] = len(keep)
         if len(keep) == 0:
@@ -970,10 +991,10 @@ class RLTrainer(Trainer):
         return metrics
 
     def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
-                    metrics: dict[str, float]) -> Any:
+                    metrics: dict[str, float], verbs_counted: list[list[str]] | None = None) -> Any:
         """Set `batch.advantages` (B, T) and `batch.returns` from the recipe's estimator, then
-        discredit the turns that cannot have helped and add the bonus of rare actions; returns
-        the estimator's output (its `keep`)."""
+        discredit the turns that cannot have helped and add the bonus of rare actions (rare in
+        `verbs_counted`, or in `rows`); returns the estimator's output (its `keep`)."""
         mask = batch.loss_mask
         fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
         if spec.kl_in_reward:  # with the KL in the reward, kl_coef is β
@@ -997,7 +1018,7 @@ class RLTrainer(Trainer):
             metrics[metric.adv(tokens)] = sum(map(len, positions))  # how many were located
         if spec.rare_action_bonus is not None:
             positions, rare = rare_action_tokens([t.action_tokens for t in rows], [t.action_verbs for t in rows],
-                                                 spec.rare_action_share)
+                                                 spec.rare_action_share, counted_over=verbs_counted)
             batch.advantages = add_at_tokens(batch.advantages, positions, spec.rare_action_bonus)
             metrics[metric.adv("action_tokens")] = sum(len(t.action_tokens) for t in rows)
             metrics[metric.adv("rare_action_tokens")] = sum(map(len, positions))
