@@ -143,11 +143,11 @@ def test_with_max_staleness_2_no_step_trains_on_older_weights(tmp_path, counter_
         played.append(step)
         return result
 
-    def waiting_update(self, trajectories, step):
+    def waiting_update(self, trajectories, step, *rest):
         deadline = time.monotonic() + 60
         while max(played) < min(step + 2, 5) and time.monotonic() < deadline:
             time.sleep(0.01)
-        return update(self, trajectories, step)
+        return update(self, trajectories, step, *rest)
 
     monkeypatch.setattr(RLTrainer, "_play_step", recorded_play)
     monkeypatch.setattr(RLTrainer, "update", waiting_update)
