@@ -401,7 +401,8 @@ def test_rare_action_tokens_keeps_the_actions_whose_verb_holds_at_most_the_share
     positions, rare = rare_action_tokens(tokens, verbs, share=0.05)
     assert rare == {"turn"} and positions == [[], [8], []]
     assert rare_action_tokens([[], []], [[], []], share=0.05) == ([[], []], set())
-    # Counted over a step where "pickup" is 2 of 4 actions it is not rare there; "turn" is absent.
+    # Counted over 4 actions, "go" and "pickup" 2 each: both rare at 0.5; "turn", rare in the
+    # batch, is absent there and so not rare.
     positions, rare = rare_action_tokens(tokens, verbs, share=0.5, counted_over=[["go", "pickup"], ["pickup", "go"]])
     assert rare == {"go", "pickup"} and positions == [[3, 9], [4] * 9, [5] * 7 + [6, 7]]
     positions, rare = rare_action_tokens(tokens, verbs, share=0.25, counted_over=[["go"] * 5, ["turn"]])

@@ -96,8 +96,10 @@ def test_a_runs_algo_section_overrides_the_recipe_field_of_the_same_name():
     with pytest.raises(ValueError, match="dynamic_sampling_filter keeps groups"):
         AlgoConfig(name="ppo", dynamic_sampling_filter=True)
     with pytest.raises(ValueError, match="filter_keeps_rare_actions .* needs dynamic_sampling_filter: true and a "
-                                         "rare_action_bonus"):
+                                         "rare_action_bonus > 0"):
         AlgoConfig(filter_keeps_rare_actions=True, rare_action_bonus=0.5)
+    with pytest.raises(ValueError, match="filter_keeps_rare_actions"):  # no bonus: a tied group has no signal
+        AlgoConfig(filter_keeps_rare_actions=True, dynamic_sampling_filter=True, rare_action_bonus=0.0)
     with pytest.raises(ValueError, match="filter_keeps_rare_actions"):
         AlgoConfig(filter_keeps_rare_actions=True, dynamic_sampling_filter=True)
     assert AlgoConfig(filter_keeps_rare_actions=True, dynamic_sampling_filter=True,

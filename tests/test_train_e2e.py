@@ -617,7 +617,7 @@ def test_groups_with_a_reward_spread():
 
 def test_dapos_filter_fills_the_places_left_with_fallback_groups_in_order():
     """Groups 1 and 3 differ, 0, 2 and 4 tie. Four places: 1 and 3, then the tied fallback
-    groups 2 and 4 in order (0 is not one); two places: 1 and 3 only, the fallback left out."""
+    groups 2 and 4 (0 is not one); two places: 1 and 3 only; three: 1, 3 and the first fallback."""
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import dapo_filter
 
@@ -627,6 +627,9 @@ def test_dapos_filter_fills_the_places_left_with_fallback_groups_in_order():
     assert sorted({t.group for t in kept}) == [1, 2, 3, 4] and dropped == 1
     kept, dropped = dapo_filter(rows, 2, fallback={2, 4})
     assert sorted({t.group for t in kept}) == [1, 3] and dropped == 3
+    kept, dropped = dapo_filter(rows, 3, fallback={4, 2})  # the first in order
+    assert sorted({t.group for t in kept}) == [1, 2, 3] and dropped == 2
+    assert dapo_filter(rows, 3, fallback={7})[1] == 3  # group 7 was never played: it takes no place
     assert dapo_filter(rows, 4)[1] == 3  # no fallback: the tied groups all dropped
 
 
@@ -735,49 +738,55 @@ def test_the_dapo_filter_trains_on_tasks_per_step_groups_with_a_signal(tmp_path,
 @pytest.mark.parametrize("keeps_rare", [False, True])
 def test_the_dapo_filter_keeps_tied_groups_with_a_rare_action_when_asked(tmp_path, counter_env_registered,
                                                                          keeps_rare):
-    """Four groups of 2 for 3 places: group 0's rewards differ (both rows "go"); group 1 ties
-    with one "pickup" among 8 actions of the step; groups 2 and 3 tie with "go" only. At share
-    0.125 "pickup" is rare over the step. By default the filter keeps group 0 alone (2 rows,
-    no bonus: "pickup" was not kept); with filter_keeps_rare_actions group 1 fills a place left,
-    its "pickup" token earns the bonus counted over the whole step, and 3 rows are trained."""
+    """Five groups of 2 for 3 places. Group 0's rewards differ ("go", "pickup"); group 1 ties
+    ("pickup", "go"); groups 2 and 3 tie on "go"; group 4 has a "go" and an episode cut short by
+    an error with three "pickup" (left out of every count, or "pickup" would not be rare). Over
+    the 9 actions the update can train on, "pickup" (2) is rare at share 0.25; over the 4 of
+    groups 0 and 1 it is not. By default the filter keeps group 0 alone and counts over it: no
+    bonus. With filter_keeps_rare_actions group 1 fills a place left (the one tied group kept
+    for its "pickup"), both "pickup" tokens earn the bonus, and 3 rows are trained (group 1's
+    "go" row has no signal)."""
     from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
-    config = toy_config(tmp_path, "algo.tasks_per_step=3", "algo.group_size=2", "algo.kl_coef=0",
-                        "algo.dynamic_sampling_filter=true", "algo.rare_action_bonus=0.5",
-                        "algo.rare_action_share=0.125", f"algo.filter_keeps_rare_actions={str(keeps_rare).lower()}")
-    trainer = RLTrainer(config, log=lambda _: None)
+    def episode(group, reward, verbs, error=None):
+        return Trajectory("counter", f"counter_{group}", "goal1", group=group, input_ids=[5, 6, 7, 8],
+                          loss_mask=[0, 1, 1, 1], logprobs=[0.0, -1.0, -1.0, -1.0], turn_rewards=[reward],
+                          action_tokens=[1, 2, 3][:len(verbs)], action_verbs=verbs, error=error)
+
+    rows = [episode(group, reward, [verb]) for group, reward, verb in
+            [(0, 1.0, "go"), (0, 0.0, "pickup"), (1, 0.0, "pickup"), (1, 0.0, "go"), (2, 0.0, "go"),
+             (2, 0.0, "go"), (3, 0.0, "go"), (3, 0.0, "go"), (4, 0.0, "go")]]
+    rows.append(episode(4, 0.0, ["pickup"] * 3, error="the environment crashed"))
+    settings = ["algo.group_size=2", "algo.kl_coef=0", "algo.dynamic_sampling_filter=true",
+                "algo.rare_action_bonus=0.5", f"algo.filter_keeps_rare_actions={str(keeps_rare).lower()}"]
+    trainer = RLTrainer(toy_config(tmp_path, "algo.tasks_per_step=3", "algo.rare_action_share=0.25", *settings),
+                        log=lambda _: None)
     trainer._setup(resume=False)
-    rows = [Trajectory("counter", f"counter_{group}", "goal1", group=group, input_ids=[5, 6, 7, 8],
-                       loss_mask=[0, 1, 1, 1], logprobs=[0.0, -1.0, -1.0, -1.0], turn_rewards=[reward],
-                       action_tokens=[1], action_verbs=[verb])
-            for group, reward, verb in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go"),
-                                        (2, 0.0, "go"), (2, 0.0, "go"), (3, 0.0, "go"), (3, 0.0, "go")]]
     trained, metrics = trainer._trained(rows)
     optimize, seen = trainer._optimize, []
     trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
     updated = trainer.update(trained, 0, rows if keeps_rare else None)
-    if not keeps_rare:
-        assert metrics == {"sampling/groups_dropped": 3} and {t.group for t in trained} == {0}
+    if keeps_rare:
+        assert metrics == {"sampling/groups_dropped": 3, "sampling/rare_action_groups": 1}
+        assert [t.group for t in trained] == [0, 0, 1, 1]
+        assert (updated["adv/rare_action_tokens"], updated["adv/rare_verbs"], updated["update/trajectories"]) == (2, 1, 3)
+        assert seen[0][2].tolist() == [0.0, 0.5, 0.0, 0.0]  # the kept tied row: "pickup" raised
+        assert trainer.update(trained, 1)["adv/rare_action_tokens"] == 0  # counted over the kept rows alone
+    else:
+        assert metrics == {"sampling/groups_dropped": 4} and {t.group for t in trained} == {0}
         assert updated["adv/rare_action_tokens"] == 0 and updated["update/trajectories"] == 2
-        return
-    assert metrics == {"sampling/groups_dropped": 2, "sampling/rare_action_groups": 1}
-    assert [t.group for t in trained] == [0, 0, 1, 1]
-    assert (updated["adv/rare_action_tokens"], updated["adv/rare_verbs"], updated["update/trajectories"]) == (1, 1, 3)
-    assert seen[0][2].tolist() == [0.0, 0.5, 0.0, 0.0]  # the tied row's "pickup" token raised
-    # Counted over the kept rows alone, "pickup" (1 of 4) would not be rare at 0.125.
-    assert trainer.update(trained, 1)["adv/rare_action_tokens"] == 0
-    # Through the loop, groups 0-2 of the rows above in a step of 3 tasks: at share 0.2 "pickup"
-    # is rare over the step's 6 actions (1 <= 1.2), not over the 4 kept (1 > 0.8).
-    again = RLTrainer(toy_config(tmp_path, "algo.tasks_per_step=3", "algo.group_size=2", "algo.kl_coef=0",
-                                 "algo.dynamic_sampling_filter=true", "algo.rare_action_bonus=0.5",
-                                 "algo.rare_action_share=0.2", "algo.filter_keeps_rare_actions=true",
-                                 "train.steps=1", "train.validate_every=0", name="rare_fit"), log=lambda _: None)
+    # Through the loop, a step of groups 0-2: at share 0.4 "pickup" is rare over the step's 6
+    # actions (2 <= 2.4), not over the 4 of groups 0 and 1 (2 > 1.6) nor the 2 of group 0 (1 > 0.8).
+    name = f"rare_fit_{keeps_rare}"
+    again = RLTrainer(toy_config(tmp_path, "algo.tasks_per_step=3", "algo.rare_action_share=0.4", *settings,
+                                 "train.steps=1", "train.validate_every=0", name=name), log=lambda _: None)
     again._play = lambda tasks, *args, **kwargs: rows[:6]
     again.fit()
-    row = next(json.loads(line) for line in (tmp_path / "rare_fit" / "metrics.jsonl").read_text().splitlines()
+    row = next(json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
                if "train/success" in line)
-    assert (row["sampling/rare_action_groups"], row["adv/rare_action_tokens"]) == (1, 1)
+    assert (row.get("sampling/rare_action_groups"), row["adv/rare_action_tokens"]) == ((1, 2) if keeps_rare else
+                                                                                         (None, 0))
 
 
 def test_a_step_that_dapos_filter_left_empty_says_why():

@@ -197,7 +197,8 @@ def rare_action_tokens(tokens: list[list[int]], verbs: list[list[str]], share: f
         tokens: B lists of column indices, one per action (`Trajectory.action_tokens`).
         verbs: B lists of the same lengths, each action's verb (`Trajectory.action_verbs`).
         share: in (0, 1].
-        counted_over: lists of action verbs to count instead of `verbs` (None: `verbs`).
+        counted_over: lists of action verbs to count instead of `verbs` (None: `verbs`); they
+            should include the batch's own, since a verb absent from them is never rare.
 
     Returns:
         (B lists of the columns of rare actions, the rare verbs).

@@ -78,14 +78,16 @@ class AlgoRunConfig:
     trains only on the first `tasks_per_step` groups whose rewards differ, dropping the tied ones
     (even where a token penalty or gigpo's step level would give them a signal) and any beyond,
     so the batch keeps its size; `sampling/groups_dropped` counts them. The step's success,
-    reward and saved episodes still cover every group played. False (the default): every group
-    is in the batch, as in the runs RESULTS records."""
+    reward and saved episodes still cover every group played (`filter_keeps_rare_actions` lets
+    tied groups with a rare action in). False (the default): every group is in the batch, as in
+    the runs RESULTS records."""
     filter_keeps_rare_actions: bool = False
     """With `dynamic_sampling_filter` and `rare_action_bonus`: a tied group in which an action's
-    verb is rare over all the step's episodes has a signal too (the bonus), so the filter keeps
-    such groups where places are left after the groups whose rewards differ (in the order they
-    were played; `sampling/rare_action_groups` counts them), and the bonus counts verbs over all
-    the step's episodes, not only the kept ones. False (the default): the filter keeps only
+    verb is rare over all the step's episodes (those an update can train on) has a signal too
+    (the bonus), so the filter keeps such groups where places are left after the groups whose
+    rewards differ (in the order they were played; `sampling/rare_action_groups` counts them),
+    and the bonus counts verbs over all those episodes, not only the kept ones: in the groups
+    whose rewards differ too. False (the default): the filter keeps only
     groups whose rewards differ, and the bonus counts over those (RESULTS' filter run)."""
 
     def __post_init__(self) -> None:
@@ -97,9 +99,9 @@ class AlgoRunConfig:
         if self.dynamic_sampling_filter and not grouped:
             raise ValueError(f"dynamic_sampling_filter keeps groups whose rewards differ; {self.name}'s advantage "
                              "does not compare a task's samples (use grpo, gigpo, rloo or loop)")
-        if self.filter_keeps_rare_actions and not (self.dynamic_sampling_filter and spec.rare_action_bonus is not None):
+        if self.filter_keeps_rare_actions and not (self.dynamic_sampling_filter and spec.rare_action_bonus):
             raise ValueError("filter_keeps_rare_actions changes what DAPO's filter keeps for the exploration bonus: "
-                             "it needs dynamic_sampling_filter: true and a rare_action_bonus")
+                             "it needs dynamic_sampling_filter: true and a rare_action_bonus > 0")
         if self.dynamic_sampling and not grouped:
             raise ValueError(f"dynamic_sampling refills groups whose rewards tie; {self.name}'s advantage does not "
                              "compare a task's samples (use grpo, gigpo, rloo or loop, or dynamic_sampling: 0)")

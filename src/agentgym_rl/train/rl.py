@@ -313,12 +313,12 @@ def dapo_filter(trajectories: list[Trajectory], groups: int,
     (by group id, the order they were played in) whose rewards differ, and how many groups were
     left out: those whose rewards tie, which give no group-relative advantage, and those beyond
     `groups`, so that the batch keeps its size. The tied groups in `fallback` (ones another term
-    gives a signal, such as a rare action's bonus) fill the places left, in group order."""
-    spread = sorted(groups_with_reward_spread(trajectories))
-    kept = (spread + sorted(set(fallback) - set(spread)))[:groups]
-    chosen = set(kept)
+    gives a signal, such as a rare action's bonus) fill the places left, in group order; the
+    other tied groups are left out."""
     played = {trajectory.group for trajectory in trajectories}
-    return [t for t in trajectories if t.group in chosen], len(played) - len(chosen)
+    spread = sorted(groups_with_reward_spread(trajectories))
+    chosen = set((spread + sorted((set(fallback) & played) - set(spread)))[:groups])
+    return [t for t in trajectories if t.group in chosen], len(played - chosen)
 
 
 def advantage_fields(rows: list[Trajectory], mask: torch.Tensor, values: torch.Tensor | None,
@@ -634,9 +634,9 @@ class RLTrainer(Trainer):
                 played = rollouts.take(step)
                 updated = time.time()
                 trained, filtered = self._trained(played.trajectories)
-                counted_over = played.trajectories if cfg.algo.filter_keeps_rare_actions else None
+                whole_step = played.trajectories if cfg.algo.filter_keeps_rare_actions else None
                 update_metrics = {**played.metrics, **filtered, **rollouts.extra_metrics(played),
-                                  **self.update(trained, step, counted_over)}
+                                  **self.update(trained, step, whole_step)}
                 self._sync_generators()
                 run.last_step = done = step + 1
                 out_of_time = done < cfg.train.steps and self._out_of_time(fit_began, _clock() - step_began, done)
@@ -925,7 +925,9 @@ class RLTrainer(Trainer):
     def _trained(self, trajectories: list[Trajectory]) -> tuple[list[Trajectory], dict[str, float]]:
         """The step's episodes the update trains on, and the filter's metrics: all of them, or with
         `algo.dynamic_sampling_filter` only the groups DAPO's filter keeps (the step's success,
-        reward and saved episodes still cover them all)."""
+        reward and saved episodes still cover them all); with `algo.filter_keeps_rare_actions`
+        the tied groups where a verb rare over the step's trainable episodes was tried fill the
+        places left, as the bonus counts over the same episodes (`update`'s `whole_step`)."""
         algo = self.config.algo
         if not algo.dynamic_sampling_filter:
             return trajectories, {}
@@ -940,12 +942,12 @@ class RLTrainer(Trainer):
         return kept, {metric.SAMPLING_GROUPS_DROPPED: dropped, metric.SAMPLING_RARE_ACTION_GROUPS: len(tied)}
 
     def update(self, trajectories: list[Trajectory], step: int,
-               counted_over: list[Trajectory] | None = None) -> dict[str, float]:
+               whole_step: list[Trajectory] | None = None) -> dict[str, float]:
         """Advantages by the algorithm's estimator, then `epochs` passes of the recipe's objective
         (`algos.rl_objective`: the policy loss plus value, KL, right-token and entropy terms as
-        configured) over shuffled minibatches. `counted_over`: the episodes over which
-        `rare_action_bonus` counts verbs (None: `trajectories`), the whole step's where a filter
-        chose `trajectories` from them."""
+        configured) over shuffled minibatches. `whole_step`: every episode the step played,
+        where a filter chose `trajectories` from them and `rare_action_bonus` counts verbs over
+        them all (None: over `trajectories`)."""
         algo, beta = self.config.algo, self.kl_control.value
         # An episode cut short by an environment failure has no honest outcome: it is left out
         # (its group compares the others), and counted.
@@ -966,8 +968,8 @@ class RLTrainer(Trainer):
         score_first = spec.needs_critic or spec.kl_in_reward
         if score_first:
             metrics[metric.TIME_SCORE_S] = self._score(batch, beta, context.gap)
-        verbs = None if counted_over is None else [t.action_verbs for t in trainable(counted_over)]
-        advantages = self._advantages(batch, rows, spec, metrics, verbs)
+        counted = None if whole_step is None else [t.action_verbs for t in trainable(whole_step)]
+        advantages = self._advantages(batch, rows, spec, metrics, counted)
         keep = self._rows_with_signal(batch, advantages.keep, spec, metrics)
         metrics[metric.UPDATE_TRAJECTORIES] = len(keep)
         if len(keep) == 0:
@@ -991,10 +993,10 @@ class RLTrainer(Trainer):
         return metrics
 
     def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
-                    metrics: dict[str, float], verbs_counted: list[list[str]] | None = None) -> Any:
+                    metrics: dict[str, float], counted_verbs: list[list[str]] | None = None) -> Any:
         """Set `batch.advantages` (B, T) and `batch.returns` from the recipe's estimator, then
         discredit the turns that cannot have helped and add the bonus of rare actions (rare in
-        `verbs_counted`, or in `rows`); returns the estimator's output (its `keep`)."""
+        `counted_verbs`, or in `rows`); returns the estimator's output (its `keep`)."""
         mask = batch.loss_mask
         fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
         if spec.kl_in_reward:  # with the KL in the reward, kl_coef is β
@@ -1018,7 +1020,7 @@ class RLTrainer(Trainer):
             metrics[metric.adv(tokens)] = sum(map(len, positions))  # how many were located
         if spec.rare_action_bonus is not None:
             positions, rare = rare_action_tokens([t.action_tokens for t in rows], [t.action_verbs for t in rows],
-                                                 spec.rare_action_share, counted_over=verbs_counted)
+                                                 spec.rare_action_share, counted_over=counted_verbs)
             batch.advantages = add_at_tokens(batch.advantages, positions, spec.rare_action_bonus)
             metrics[metric.adv("action_tokens")] = sum(len(t.action_tokens) for t in rows)
             metrics[metric.adv("rare_action_tokens")] = sum(map(len, positions))
