@@ -87,8 +87,8 @@ class AlgoRunConfig:
     (the bonus), so the filter keeps such groups where places are left after the groups whose
     rewards differ (in the order they were played; `sampling/rare_action_groups` counts them),
     and the bonus counts verbs over all those episodes, not only the kept ones: in the groups
-    whose rewards differ too. False (the default): the filter keeps only
-    groups whose rewards differ, and the bonus counts over those (RESULTS' filter run)."""
+    whose rewards differ too. False (the default): the filter keeps only groups whose rewards
+    differ, and the bonus counts over those (RESULTS' filter run)."""
 
     def __post_init__(self) -> None:
         spec = self.spec()  # an unknown name or a value the recipe cannot take fails here
