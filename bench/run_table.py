@@ -15,7 +15,10 @@ validation paired item by item with the first.
     python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE]
 
 `--against` puts a validation file of another run first (e.g. a kept step-0 file of the recipe
-without the setting the run changed), so every validation is paired with it.
+without the setting the run changed), so every validation is paired with it. Each validation's
+solved items are printed in RESULTS' short form ("babyai_1, 2, 6"), and `--against-solved
+NAME="babyai_1, 2, 6"` pairs every validation with such a list, as RESULTS recorded it for a run
+whose files are gone (the items not listed count as failed).
 
 Run by hand, in seconds; the tables go into docs/RESULTS.md.
 """
@@ -161,6 +164,41 @@ def validation_row(name: str, episodes: list[dict], example_turns: int, categori
         repeats(episodes, example_turns), ", ".join(f"{k} {n}" for k, n in kinds.most_common(kinds_shown))]
 
 
+def split_id(item: str) -> tuple[str, int | None]:
+    """"babyai_12" into ("babyai", 12); an id without a trailing number into (itself, None)."""
+    head, _, number = item.rpartition("_")
+    return (head, int(number)) if head and number.isdigit() else (item, None)
+
+
+def solved_ids(episodes: list[dict]) -> str:
+    """The solved items in RESULTS' short form: "babyai_1, 2, 10" (a prefix written once)."""
+    short, prefix = [], None
+    ids = sorted((split_id(e["item_id"]) for e in episodes if e["success"]),
+                 key=lambda pair: (pair[0], -1 if pair[1] is None else pair[1]))
+    for head, number in ids:
+        short.append(str(number) if number is not None and head == prefix else
+                     head if number is None else f"{head}_{number}")
+        prefix = head if number is not None else None
+    return ", ".join(short) or "none"
+
+
+def parse_solved(text: str) -> tuple[str, set[str]]:
+    """`NAME=babyai_1, 2, 10` (`solved_ids`' form, or whole ids) into its name and item ids."""
+    name, sep, listed = text.partition("=")
+    if not sep or not name.strip():
+        raise UserError(f"--against-solved wants NAME=IDS (e.g. gigpo_s0=\"babyai_1, 2, 10\"), not {text!r}")
+    items, prefix = set(), None
+    for part in filter(None, (p.strip() for p in listed.split(","))):
+        if part.isdigit():
+            if prefix is None:
+                raise UserError(f"--against-solved: {part!r} comes before any whole id (such as babyai_{part})")
+            part = f"{prefix}_{part}"
+        head, number = split_id(part)
+        prefix = head if number is not None else None
+        items.add(part)
+    return name.strip(), items
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
@@ -172,8 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kinds", type=int, default=4, help="kinds of action shown (the most frequent)")
     parser.add_argument("--against", type=Path, help="a validation file (.jsonl or .jsonl.gz) to pair every "
                         "validation with, shown first")
+    parser.add_argument("--against-solved", metavar="NAME=IDS", help="pair every validation with a run known "
+                        "only by its solved items, as RESULTS lists them: NAME=\"babyai_1, 2, 10\"")
     args = parser.parse_args(argv)
     try:
+        recorded = parse_solved(args.against_solved) if args.against_solved else None
         if not (args.run / "metrics.jsonl").is_file():
             raise UserError(f"{args.run} is not a run folder (no metrics.jsonl)")
         config = yaml.safe_load((args.run / "config.yaml").read_text()) or {}
@@ -200,11 +241,22 @@ def main(argv: list[str] | None = None) -> int:
             noted = after_note(eps, example_turns)
             if noted:
                 print(f"{name}: replies after a note (\"{UNCHANGED_NOTE}\") repeating the last: {noted}")
+        for name, eps in validations:
+            print(f"{name} solved: {solved_ids(eps)}")
         first_name, first = validations[0]
         for name, eps in validations[1:]:
             before = {e["item_id"]: float(e["success"]) for e in first}
             after = {e["item_id"]: float(e["success"]) for e in eps}
             print(f"{name} against {first_name}: {change_sentence(before, after)}")
+        if recorded:
+            other, listed = recorded
+            for name, eps in validations:
+                after = {e["item_id"]: float(e["success"]) for e in eps}
+                unknown = sorted(listed - after.keys())
+                if unknown:
+                    raise UserError(f"--against-solved {other}: {', '.join(unknown[:3])} not among {name}'s items")
+                before = {item: float(item in listed) for item in after}
+                print(f"{name} against {other}: {change_sentence(before, after)}")
     except (UserError, OSError, ValueError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
