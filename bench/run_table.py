@@ -12,7 +12,7 @@ that the last action changed nothing, `env.kwargs.note_unchanged`, counted apart
 and the kinds of action the greedy replies wrote (the worked example's turns left out); and each
 validation paired item by item with the first.
 
-    python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE]
+    python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE] [--against-solved NAME=IDS]
 
 `--against` puts a validation file of another run first (e.g. a kept step-0 file of the recipe
 without the setting the run changed), so every validation is paired with it. Each validation's
