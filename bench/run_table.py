@@ -176,8 +176,12 @@ def solved_ids(episodes: list[dict]) -> str:
     ids = sorted((split_id(e["item_id"]) for e in episodes if e["success"]),
                  key=lambda pair: (pair[0], -1 if pair[1] is None else pair[1]))
     for head, number in ids:
-        short.append(str(number) if number is not None and head == prefix else
-                     head if number is None else f"{head}_{number}")
+        if number is None:
+            short.append(head)
+        elif head == prefix:
+            short.append(str(number))
+        else:
+            short.append(f"{head}_{number}")
         prefix = head if number is not None else None
     return ", ".join(short) or "none"
 
@@ -197,6 +201,11 @@ def parse_solved(text: str) -> tuple[str, set[str]]:
         prefix = head if number is not None else None
         items.add(part)
     return name.strip(), items
+
+
+def successes(episodes: list[dict]) -> dict[str, float]:
+    """Each item's success (1.0 or 0.0), as `change_sentence` pairs them."""
+    return {e["item_id"]: float(e["success"]) for e in episodes}
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -245,13 +254,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} solved: {solved_ids(eps)}")
         first_name, first = validations[0]
         for name, eps in validations[1:]:
-            before = {e["item_id"]: float(e["success"]) for e in first}
-            after = {e["item_id"]: float(e["success"]) for e in eps}
-            print(f"{name} against {first_name}: {change_sentence(before, after)}")
+            print(f"{name} against {first_name}: {change_sentence(successes(first), successes(eps))}")
         if recorded:
             other, listed = recorded
             for name, eps in validations:
-                after = {e["item_id"]: float(e["success"]) for e in eps}
+                after = successes(eps)
                 unknown = sorted(listed - after.keys())
                 if unknown:
                     raise UserError(f"--against-solved {other}: {', '.join(unknown[:3])} not among {name}'s items")

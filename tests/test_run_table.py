@@ -142,22 +142,23 @@ def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart
 
 def test_solved_items_are_listed_short_and_a_recorded_list_is_paired(tmp_path, capsys):
     """Each validation's solved items in RESULTS' short form, and `--against-solved` pairing them
-    with a list recorded for a run whose files are gone: 1 item gained (babyai_1), 1 lost
-    (babyai_10), babyai_2 solved by both."""
+    with a list recorded for a run whose files are gone: 2 items gained (babyai_1, 10), 1 lost
+    (babyai_3), babyai_2 solved by both: +1 of 4 items."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.yaml").write_text("{}\n")
     write_lines(run / "metrics.jsonl", [{"step": 1}])
     write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
     write_lines(run / "validation" / "step_000014.jsonl",
-                [episode("babyai_10", False), episode("babyai_2", True), episode("babyai_1", True),
+                [episode("babyai_10", True), episode("babyai_2", True), episode("babyai_1", True),
                  episode("babyai_3", False)])
     module = load_module()
-    assert module.main([str(run), "--against-solved", "gigpo_s0=babyai_2, 10"]) == 0
+    assert module.main([str(run), "--against-solved", "gigpo_s0=babyai_2, 3"]) == 0
     out = capsys.readouterr().out
-    assert "step_000014.jsonl solved: babyai_1, 2\n" in out  # by number, not as text ("10" < "2")
-    assert "step_000014.jsonl against gigpo_s0: +0.0 points: 1 items gained, 1 lost" in out
+    assert "step_000014.jsonl solved: babyai_1, 2, 10\n" in out  # by number, not as text ("10" < "2")
+    assert "step_000014.jsonl against gigpo_s0: +25.0 points: 2 items gained, 1 lost" in out
     assert module.parse_solved("x=babyai_3,babyai_12, 4") == ("x", {"babyai_3", "babyai_12", "babyai_4"})
+    assert module.parse_solved("x=babyai_1, 2, 10")[1] == {"babyai_1", "babyai_2", "babyai_10"}  # the short form read back
 
 
 def test_a_recorded_list_that_does_not_fit_is_one_line(tmp_path, capsys):
