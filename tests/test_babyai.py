@@ -213,6 +213,19 @@ def test_invalid_actions_are_explained_not_raised(env, action, reason):
     assert not terminated and not truncated
 
 
+def test_discovered_counts_the_cells_a_step_shows_for_the_first_time(env):
+    """`info["discovered"]` is the growth of the seen cells: a turn shows cells behind the first
+    view, a turn back shows none (the start's view again), a rejected action none."""
+    env.reset(3)
+    start = int(env.seen_mask.sum())
+    turned = env.step("turn left")[4]["discovered"]
+    assert turned > 0 and int(env.seen_mask.sum()) == start + turned
+    assert env.step("turn right")[4]["discovered"] == 0
+    rejected = env.step("pickup")[4]
+    assert rejected["invalid_action"] and rejected["discovered"] == 0
+    assert registry.spec("babyai").discoveries and not registry.spec("textcraft").discoveries
+
+
 def test_the_state_key_names_the_true_state_not_the_view(env):
     start = env.reset(40)[1]["state_key"]
     assert env.reset(40)[1]["state_key"] == start and env.reset(0)[1]["state_key"] != start

@@ -111,6 +111,25 @@ def test_the_engine_records_the_kind_the_environment_names_over_the_first_word()
     assert trajectory.action_verbs == ["increment"] and len(trajectory.action_tokens) == 1
 
 
+class DiscoveringCounterEnv(CounterEnv):
+    """CounterEnv whose first count shows the agent something new (`info["discovered"]`), as a
+    BabyAI turn that brings unseen cells into view does; later counts show nothing new."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        return observation, reward, terminated, truncated, {**info, "discovered": 3 if self.count == 1 else 0}
+
+
+def test_the_engine_records_the_actions_that_discovered_something():
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, ["Action: count", "Action: count"], encoder.end_of_turn_id)
+    engine = RolloutEngine(DiscoveringCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=True))
+    [trajectory] = engine.run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert trajectory.success and len(trajectory.action_tokens) == 2
+    assert trajectory.discovery_tokens == trajectory.action_tokens[:1]
+
+
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_turns_that_changed_nothing_and_where_their_action_began(locate):
     tokenizer = make_tokenizer("qwen2.5")

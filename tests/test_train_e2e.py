@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -547,6 +548,48 @@ def test_a_rare_action_earns_its_bonus_at_its_first_token(tmp_path, counter_env_
     assert metrics["update/trajectories"] == 3
     assert metrics["adv/token_abs_mean"] == pytest.approx((8 * WON_ADVANTAGE + 0.5) / 16, rel=1e-4)
     assert seen[0][2].tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]  # the kept tied row: "pickup" raised
+
+
+@pytest.mark.parametrize("bonus", ["null", 0.5])
+def test_an_action_that_discovered_something_earns_its_bonus_at_its_first_token(tmp_path, counter_env_registered,
+                                                                                 monkeypatch, bonus):
+    """The toy batch above, with one action that showed something unseen: the tied group's row
+    2, second turn (position 5). Its token gets +0.5 and nothing else changes, so that row is
+    trained on too and the mean |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
+    from agentgym_rl.envs import registry
+    from agentgym_rl.rollout.trajectory import Trajectory
+    from agentgym_rl.train.rl import RLTrainer
+
+    monkeypatch.setitem(registry._REGISTRY, "counter", dataclasses.replace(registry.spec("counter"), discoveries=True))
+    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.discovery_bonus={bonus}")
+    trainer = RLTrainer(config, log=lambda _: None)
+    trainer._setup(resume=False)
+    assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
+    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
+                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
+                       turn_rewards=[0.0, reward], action_tokens=[1, 5], action_verbs=["go", "go"],
+                       discovery_tokens=discovered)
+            for group, reward, discovered in [(0, 1.0, []), (0, 0.0, []), (1, 0.0, [5]), (1, 0.0, [])]]
+    optimize, seen = trainer._optimize, []
+    trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
+    metrics = trainer.update(rows, step=0)
+    if bonus == "null":
+        assert "adv/discovery_tokens" not in metrics and metrics["update/trajectories"] == 2
+        assert metrics["adv/token_abs_mean"] == pytest.approx(8 * WON_ADVANTAGE / 16, rel=1e-4)
+        return
+    assert metrics["adv/discovery_tokens"] == 1 and metrics["update/trajectories"] == 3
+    assert metrics["adv/token_abs_mean"] == pytest.approx((8 * WON_ADVANTAGE + 0.5) / 16, rel=1e-4)
+    assert seen[0][2].tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]
+
+
+def test_the_discovery_bonus_is_refused_where_nothing_is_discovered(tmp_path, counter_env_registered):
+    """The counter environment reports no discoveries (`EnvSpec.discoveries`): the bonus would
+    never be paid, so the run stops before any work, with the setting named."""
+    from agentgym_rl.errors import UserError
+    from agentgym_rl.train.rl import RLTrainer
+
+    with pytest.raises(UserError, match=r"algo.discovery_bonus: counter reports nothing discovered"):
+        RLTrainer(toy_config(tmp_path, "algo.discovery_bonus=0.5"), log=lambda _: None)
 
 
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):

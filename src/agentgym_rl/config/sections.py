@@ -352,9 +352,10 @@ class RolloutConfig:
     (`Trajectory.right_tokens`); on an accepted turn that changed nothing, the token its action
     begins at (`Trajectory.idle_tokens`); on the other accepted turns, the token their action
     begins at and its kind (`Trajectory.action_tokens`, `action_verbs`: the environment's
-    `info["action_kind"]`, else the action's first word). The RL trainer
-    turns this on for `algo.invalid_turn_penalty`, `algo.idle_turn_penalty`,
-    `algo.rare_action_bonus` and `algo.right_token_coef`."""
+    `info["action_kind"]`, else the action's first word), and among those the actions that showed
+    something unseen (`Trajectory.discovery_tokens`). The RL trainer turns this on for
+    `algo.invalid_turn_penalty`, `algo.idle_turn_penalty`, `algo.rare_action_bonus`,
+    `algo.discovery_bonus` and `algo.right_token_coef`."""
     reply_prefix: str = ""
     """Text every reply of a model policy starts with, given to the model as context and not
     trained (e.g. "Action:"): a small instruct model that does not keep the reply format

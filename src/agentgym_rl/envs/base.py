@@ -29,7 +29,10 @@ class TextEnv(ABC):
     state (GiGPO compares the turns taken from one state); its `EnvSpec` sets `state_keys`.
     One that parses actions into kinds may add `action_kind` (str) to `step`'s info: the kind
     of action it took ("pickup" for "pick up" and "pickup"), which `algo.rare_action_bonus`
-    counts; without it the action's first word stands in.
+    counts; without it the action's first word stands in. One that keeps track of what the agent
+    has observed may add `discovered` (int) to `step`'s info: how much of the world the step
+    showed for the first time in the episode (BabyAI: grid cells), which `algo.discovery_bonus`
+    rewards; its `EnvSpec` sets `discoveries`.
     """
 
     env_id: str = ""

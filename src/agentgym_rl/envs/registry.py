@@ -42,6 +42,8 @@ class EnvSpec:
             such environments are left out of what runs by default (`bench-agent`).
         state_keys: its infos carry `state_key`, naming the true state (`TextEnv`); GiGPO's
             step level needs it, and falls back to the episode level without.
+        discoveries: its step infos carry `discovered`, how much of the world the step showed
+            for the first time (`TextEnv`); `algo.discovery_bonus` needs it.
         check_entry_point: "module:function", function(**kwargs) -> int | None, run by
             `env_factory` before any work for what building one instance does not check (a mix
             builds each member once): it raises ValueError or TypeError on a bad argument, and
@@ -64,6 +66,7 @@ class EnvSpec:
     augment_entry_point: str | None = None
     requires: str | None = None
     state_keys: bool = False
+    discoveries: bool = False
     check_entry_point: str | None = None
     safe_kwargs: dict[str, SafeArg | SafeMembers] = field(default_factory=dict)
     installed_entry_point: str | None = None
@@ -101,16 +104,17 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
-def stateless(env_id: str, kwargs: dict[str, Any] | None = None) -> list[str]:
-    """The environments of `env_id` (a mix: its members) that name no states (`EnvSpec.state_keys`)."""
+def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str) -> list[str]:
+    """The environments of `env_id` (a mix: its members) whose `EnvSpec` does not set `feature`
+    ("state_keys": they name no states; "discoveries": they report none)."""
     if env_id == "mix":
         parse_members = load_entry_point("agentgym_rl.envs.mix:parse_members")  # mix imports this module
         try:
             ids = [member.id for member in parse_members((kwargs or {}).get("members"))]
         except ValueError as error:
             raise UserError(f"bad arguments for environment 'mix': {error}") from None
-        return [member for member in ids if not spec(member).state_keys]
-    return [] if spec(env_id).state_keys else [env_id]
+        return [member for member in ids if not getattr(spec(member), feature)]
+    return [] if getattr(spec(env_id), feature) else [env_id]
 
 
 def check_installed(env_id: str, kwargs: dict[str, Any] | None = None) -> None:
@@ -319,6 +323,7 @@ register(
         pure_python=True,
         augment_entry_point="agentgym_rl.envs.babyai.augment:permute_colors",
         state_keys=True,
+        discoveries=True,
         safe_kwargs={"list_actions": SafeArg(bool), "note_unchanged": SafeArg(bool)},
     )
 )
@@ -392,6 +397,7 @@ register(
         max_turns=100,  # the engine's cap; each member's own limit ends its episodes (`envs/mix.py`)
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         state_keys=True,  # those of its members that name their states
+        discoveries=True,  # those of its members that report them
         requires="env.kwargs.members: the environments it mixes",
         check_entry_point="agentgym_rl.envs.mix:check_members",
         installed_entry_point="agentgym_rl.envs.mix:check_members_installed",

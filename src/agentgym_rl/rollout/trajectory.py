@@ -52,6 +52,8 @@ class Trajectory:
             `RolloutConfig.locate_wrong_tokens`).
         action_verbs: for each of `action_tokens`, the word its action begins with
             (`envs.parsing.action_verb`: "go", "pickup", "craft").
+        discovery_tokens: those of `action_tokens` whose action showed the agent something for
+            the first time in the episode (`info["discovered"]` > 0: BabyAI's unseen cells).
         error: why the episode failed to run (an exception in the env), else None.
         policy_version: in an RL run, how many updates the weights that sampled it had had
             (the step, unless `train.asynchronous` played it ahead with older ones).
@@ -78,6 +80,7 @@ class Trajectory:
     idle_tokens: list[int] = field(default_factory=list)
     action_tokens: list[int] = field(default_factory=list)
     action_verbs: list[str] = field(default_factory=list)
+    discovery_tokens: list[int] = field(default_factory=list)
     error: str | None = None
     policy_version: int | None = None
     turn_versions: list[int] = field(default_factory=list)

@@ -387,7 +387,7 @@ class RLTrainer(Trainer):
         if counted:
             raise UserError(f"rollout.summarize trains each summary as a reply of its own, which {counted} would "
                             "count as a turn: drop one of the two")
-        stateless = registry.stateless(config.env.id, config.env.kwargs) \
+        stateless = registry.lacking(config.env.id, config.env.kwargs, "state_keys") \
             if "state_ids" in advantage_inputs(self.algorithm.advantage)[1] else []
         if stateless:
             what = (f"{', '.join(stateless)} name{'s' if len(stateless) == 1 else ''} no states (info['state_key']), "
@@ -396,6 +396,12 @@ class RLTrainer(Trainer):
                 raise UserError(f"{what}: choose another algorithm, or algo.without_state_keys=true to train on the "
                                 "episode level alone there")
             self.log(f"warning: {what} and it trains on the episode-level one alone")
+        undiscovering = registry.lacking(config.env.id, config.env.kwargs, "discoveries") \
+            if self.algorithm.discovery_bonus is not None else []
+        if undiscovering:
+            verb = "reports" if len(undiscovering) == 1 else "report"
+            raise UserError(f"algo.discovery_bonus: {', '.join(undiscovering)} {verb} nothing discovered "
+                            "(info['discovered']), so the bonus would never be paid: drop it")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
         self._task_pools(config)
@@ -419,7 +425,7 @@ class RLTrainer(Trainer):
         # where the actions of idle turns began).
         locate = (config.rollout.locate_wrong_tokens or self.algorithm.invalid_turn_penalty is not None
                   or self.algorithm.idle_turn_penalty is not None or self.algorithm.rare_action_bonus is not None
-                  or self.algorithm.right_token_coef > 0)
+                  or self.algorithm.discovery_bonus is not None or self.algorithm.right_token_coef > 0)
         reward = EpisodeReward.from_env(config.env)
         self.engine = RolloutEngine(registry.with_invalid_action_penalty(make_env, config.env.invalid_action_penalty),
                                     dataclasses.replace(config.rollout, locate_wrong_tokens=locate), reward)
@@ -995,8 +1001,9 @@ class RLTrainer(Trainer):
     def _advantages(self, batch: TokenBatch, rows: list[Trajectory], spec: AlgorithmSpec,
                     metrics: dict[str, float], counted_verbs: list[list[str]] | None = None) -> Any:
         """Set `batch.advantages` (B, T) and `batch.returns` from the recipe's estimator, then
-        discredit the turns that cannot have helped and add the bonus of rare actions (rare in
-        `counted_verbs`, or in `rows`); returns the estimator's output (its `keep`)."""
+        discredit the turns that cannot have helped and add the bonuses of rare actions (rare in
+        `counted_verbs`, or in `rows`) and of actions that discovered something; returns the
+        estimator's output (its `keep`)."""
         mask = batch.loss_mask
         fields = advantage_fields(rows, mask, batch.old_values, spec.advantage)
         if spec.kl_in_reward:  # with the KL in the reward, kl_coef is β
@@ -1025,6 +1032,10 @@ class RLTrainer(Trainer):
             metrics[metric.adv("action_tokens")] = sum(len(t.action_tokens) for t in rows)
             metrics[metric.adv("rare_action_tokens")] = sum(map(len, positions))
             metrics[metric.adv("rare_verbs")] = len(rare)
+        if spec.discovery_bonus is not None:
+            positions = [t.discovery_tokens for t in rows]
+            batch.advantages = add_at_tokens(batch.advantages, positions, spec.discovery_bonus)
+            metrics[metric.adv("discovery_tokens")] = sum(map(len, positions))
         # As the loss sees them: "adv/adv_abs_mean" is the estimator's, before turns are discredited
         # and wrong tokens penalised, so it stays 0 where only the penalty gives a signal.
         metrics[metric.ADV_TOKEN_ABS_MEAN] = masked_mean(batch.advantages.abs(), mask).item()

@@ -131,6 +131,7 @@ class BabyAIEnv(TextEnv):
             raise EnvStateError("the episode has ended; call reset")
         command = parse_action(extract_action(action or ""))
         state_before = self.state_key() if self.note_unchanged else None
+        seen_before = int(self._seen.sum())
         outcome = execute(command, self._mg, self._seen)
         self._history.extend(outcome.primitives)
         self._done = outcome.done
@@ -154,6 +155,7 @@ class BabyAIEnv(TextEnv):
             "invalid_action": outcome.error is not None,
             "action_kind": command.verb if command is not None else "",
             "primitive_steps": len(outcome.primitives),
+            "discovered": int(self._seen.sum()) - seen_before,  # cells seen for the first time
             "state_key": state_after,
         }
         return obs, float(outcome.reward), outcome.terminated, outcome.truncated, info

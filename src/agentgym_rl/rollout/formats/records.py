@@ -39,7 +39,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     **{k: ("true or false", lambda v: isinstance(v, bool)) for k in ("success", "terminated", "truncated")},
     **{k: ("a list of integers", lambda v: isinstance(v, list) and all(map(_is_int, v)))
        for k in ("input_ids", "loss_mask", "invalid_turns", "wrong_tokens", "idle_turns", "idle_tokens",
-                 "action_tokens")},
+                 "action_tokens", "discovery_tokens")},
     **{k: ("a list of numbers", lambda v: isinstance(v, list) and all(map(_is_number, v)))
        for k in ("logprobs", "turn_rewards")},
     **{k: ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v))
