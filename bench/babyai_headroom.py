@@ -1,5 +1,6 @@
 """How many BabyAI items a policy could solve by naming the right listed action at once, and which
-of them a run's validation solved: the headroom of an RL run whose successes all take one turn.
+of them a run's validation solved: the headroom of an RL run whose successes all take one turn;
+and how many items start with the goal's objects out of view, and why a run's actions were refused.
 
 Greedy SmolLM2 runs solve an item with their first reply or never (docs/RESULTS.md): after a
 refused or useless action the next observation is the same, so greedy decoding repeats itself
@@ -10,6 +11,13 @@ the same state. Given validation files (`runs/<run>/validation/step_*.jsonl` or 
 `bench/baselines/*.jsonl.gz`), it adds how many items each solved, and how many of those lie
 inside the one-action set.
 
+An item whose goal names an object not in the first view (BabyAI's "go to the red ball" with the
+ball in another room) needs the agent to look for it. The table counts those items (every object
+the goal describes matched by one in view, from minigrid's own descriptions of the mission), and
+the items each validation solved among them. A second table sorts each validation's refused
+actions by the reason the environment gave; "there is no X in view" is split by whether X is an
+object the goal describes (the policy named the goal's object before finding it).
+
     python bench/babyai_headroom.py [--split test] [--episodes N] [VALIDATION.jsonl[.gz] ...]
 
 Run by hand, in seconds on a CPU; the table goes into docs/RESULTS.md.
@@ -19,14 +27,40 @@ from __future__ import annotations
 
 import argparse
 import collections
+import re
 import sys
 from pathlib import Path
 
 from agentgym_rl.envs import registry
+from agentgym_rl.envs.babyai.actions import parse_action
+from agentgym_rl.envs.babyai.render import visible_cells
+from agentgym_rl.envs.parsing import extract_action
 from agentgym_rl.errors import UserError
 from agentgym_rl.jsonlines import read_json_lines
 
 TURNS = ("turn left", "turn right")
+REFUSED = re.compile(r"^You cannot do that: (.*?)\. Your goal")
+OBJECT_NAME = re.compile(r"\b(?:red|green|blue|purple|yellow|grey) (?:door|key|ball|box)(?: \d+)?")
+OUT_OF_VIEW = "there is no X in view"
+
+
+def goal_descriptions(mg) -> list:
+    """The object descriptions (minigrid's `ObjDesc`: color and type, None for any) the mission
+    of the unwrapped BabyAI env `mg` names, through "and", "then" and "after" instructions."""
+    found, stack = [], [mg.instrs]
+    while stack:
+        instr = stack.pop()
+        if hasattr(instr, "instr_a"):
+            stack += [instr.instr_b, instr.instr_a]
+        else:  # GoTo, Pickup, Open: `desc`; PutNext: `desc_move`, `desc_fixed`
+            found += [getattr(instr, name) for name in ("desc", "desc_move", "desc_fixed") if hasattr(instr, name)]
+    return found
+
+
+def goal_in_view(mg) -> bool:
+    """Whether every object description of the mission matches an object now in view."""
+    in_view = {pos for pos, _, _ in visible_cells(mg)}
+    return all(in_view.intersection(map(tuple, desc.find_matching_objs(mg)[1])) for desc in goal_descriptions(mg))
 
 
 def solving_actions(env, snapshot: bytes) -> list[str]:
@@ -41,14 +75,17 @@ def solving_actions(env, snapshot: bytes) -> list[str]:
 
 
 def headroom(split: str, episodes: int | None) -> list[dict]:
-    """One row per item: its id, category, the actions that solve it at once, and whether a turn
-    followed by one action does."""
+    """One row per item: its id, category, the actions that solve it at once, whether a turn
+    followed by one action does, whether the goal's objects are in the first view, and the
+    (color, type) of each object the goal describes (None: any)."""
     env = registry.make("babyai")
     rows = []
     try:
         for task in registry.tasks("babyai", split)[:episodes]:
             env.reset(item_id=task.item_id)
             start = env.snapshot()
+            in_view = goal_in_view(env.minigrid_env)
+            described = [(desc.color, desc.type) for desc in goal_descriptions(env.minigrid_env)]
             at_once = solving_actions(env, start)
             after_turn = False
             if not at_once:
@@ -59,7 +96,7 @@ def headroom(split: str, episodes: int | None) -> list[dict]:
                         after_turn = True
                         break
             rows.append({"item_id": task.item_id, "category": task.category, "at_once": at_once,
-                         "after_turn": after_turn})
+                         "after_turn": after_turn, "in_view": in_view, "described": described})
     finally:
         env.close()
     return rows
@@ -68,6 +105,31 @@ def headroom(split: str, episodes: int | None) -> list[dict]:
 def solved_items(path: Path) -> set[str]:
     """The item ids a validation file (JSON lines, gzipped or not) records as solved."""
     return {record["item_id"] for record in read_json_lines(path) if record.get("success")}
+
+
+def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]]]) -> collections.Counter:
+    """The refused actions of a validation file by the reason the environment gave (each object's
+    name put as X), "there is no X in view" split by whether X matches an object the goal
+    describes (`described`: item id → (color, type) pairs, a None color matching any)."""
+    reasons = collections.Counter()
+    for record in read_json_lines(path):
+        messages = record.get("messages") or []
+        replies = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+        for turn in record.get("invalid_turns") or []:
+            if turn >= len(replies) or replies[turn] + 1 >= len(messages):
+                continue
+            refused = REFUSED.match(messages[replies[turn] + 1]["content"])
+            if refused is None:
+                continue
+            reason = OBJECT_NAME.sub("X", refused.group(1))
+            if reason == OUT_OF_VIEW:
+                command = parse_action(extract_action(messages[replies[turn]]["content"]))
+                goals = described.get(record["item_id"], [])
+                named_goal = command is not None and any(
+                    command.obj_type == obj_type and color in (None, command.color) for color, obj_type in goals)
+                reason = f"{reason}: the goal's object" if named_goal else f"{reason}: another object"
+            reasons[reason] += 1
+    return reasons
 
 
 def column_labels(paths: list[Path]) -> list[str]:
@@ -98,20 +160,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = headroom(args.split, args.episodes)
     categories = [category for category, _ in collections.Counter(row["category"] for row in rows).most_common()]
-    columns = ["category", "items", "one action", "a turn, then one action"] + column_labels(list(solved))
+    labels = column_labels(list(solved))
+    columns = ["category", "items", "one action", "a turn, then one action", "goal's objects out of view"] + labels
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for category in categories + ["all"]:
         mine = [row for row in rows if category in ("all", row["category"])]
         at_once = {row["item_id"] for row in mine if row["at_once"]}
+        out_of_view = {row["item_id"] for row in mine if not row["in_view"]}
         cells = [category, str(len(mine)), str(len(at_once)),
-                 str(len(at_once) + sum(row["after_turn"] for row in mine))]
+                 str(len(at_once) + sum(row["after_turn"] for row in mine)), str(len(out_of_view))]
         for items in solved.values():
             in_category = items & {row["item_id"] for row in mine}
-            cells.append(f"{len(in_category)} ({len(in_category & at_once)} of them one-action)")
+            cells.append(f"{len(in_category)} ({len(in_category & at_once)} of them one-action, "
+                         f"{len(in_category & out_of_view)} out of view)")
         print("| " + " | ".join(cells) + " |")
     verbs = collections.Counter(action.split()[0] for row in rows for action in row["at_once"])
     print("\nfirst words of the actions that solve an item at once:", dict(verbs.most_common()))
+    if solved:
+        described = {row["item_id"]: row["described"] for row in rows}
+        counts = {label: refusal_reasons(path, described) for label, path in zip(labels, solved)}
+        reasons = sorted({reason for counted in counts.values() for reason in counted},
+                         key=lambda reason: -sum(counted[reason] for counted in counts.values()))
+        print("\n| refused actions, by the reason given | " + " | ".join(labels) + " |")
+        print("|" + "---|" * (len(labels) + 1))
+        for reason in reasons + ["all"]:
+            cells = [sum(counted.values()) if reason == "all" else counted[reason] for counted in counts.values()]
+            print(f"| {reason} | " + " | ".join(map(str, cells)) + " |")
     return 0
 
 

@@ -19,10 +19,14 @@ def test_items_solved_at_once_or_after_a_turn():
     # babyai_0: "go to the red ball" with the ball in view; picking it up also ends next to it.
     assert rows["babyai_0"]["at_once"] == ["go to red ball 1", "pickup red ball 1"]
     assert rows["babyai_3"]["at_once"] == ["pickup grey key 1"]  # "pick up the grey key"
-    # babyai_4: "open the door in front of you" with the door to the left: a turn first.
-    assert rows["babyai_4"] == {"item_id": "babyai_4", "category": "AOD", "at_once": [], "after_turn": True}
+    assert rows["babyai_0"]["in_view"] and rows["babyai_0"]["described"] == [("red", "ball")]
+    # babyai_4: "open the door in front of you" with the door to the left: a turn first; any door's color.
+    assert rows["babyai_4"] == {"item_id": "babyai_4", "category": "AOD", "at_once": [], "after_turn": True,
+                                "in_view": False, "described": [(None, "door")]}
+    # babyai_5: "put the green ball next to the green key", both in view: two objects described.
+    assert rows["babyai_5"]["in_view"] and rows["babyai_5"]["described"] == [("green", "ball"), ("green", "key")]
     # babyai_9: "open the door" with no object in view: neither.
-    assert rows["babyai_9"]["at_once"] == [] and not rows["babyai_9"]["after_turn"]
+    assert rows["babyai_9"]["at_once"] == [] and not rows["babyai_9"]["after_turn"] and not rows["babyai_9"]["in_view"]
 
 
 def test_table_counts_a_validation_file(tmp_path, capsys):
@@ -32,9 +36,41 @@ def test_table_counts_a_validation_file(tmp_path, capsys):
             out.write(json.dumps({"item_id": item_id, "success": success}) + "\n")
     assert load_module().main(["--episodes", "10", str(validation)]) == 0
     table = capsys.readouterr().out
-    # Of the first 10 items, 0-3 and 6 are solved at once (5), 4 and 7 after a turn (7 in all).
-    assert "| all | 10 | 5 | 7 | 2 (1 of them one-action) |" in table
-    assert "| AOD | 3 | 0 | 1 | 1 (0 of them one-action) |" in table
+    # Of the first 10 items, 0-3 and 6 are solved at once (5), 4 and 7 after a turn (7 in all);
+    # 4, 7 and 9 start with the goal's object out of view. The file holds no refused action.
+    assert "| all | 10 | 5 | 7 | 3 | 2 (1 of them one-action, 1 out of view) |" in table
+    assert "| AOD | 3 | 0 | 1 | 2 | 1 (0 of them one-action, 1 out of view) |" in table
+    assert "| all | 0 |" in table
+
+
+def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
+    """babyai_0's goal is the red ball, babyai_4's any door. Named out of view: the red ball and a
+    blue door are the goal's objects, a grey ball is not; "jump" is no action; the accepted turn
+    is not counted."""
+    def turns(goal, pairs):
+        messages = [{"role": "user", "content": f"Your goal: {goal}\nYou can see: a wall."}]
+        for reply, answer in pairs:
+            messages += [{"role": "assistant", "content": f"Action: {reply}"},
+                         {"role": "user", "content": f"{answer}Your goal: {goal}\nYou can see: a wall."}]
+        return messages
+
+    refused = "You cannot do that: "
+    records = [
+        {"item_id": "babyai_0", "success": False, "invalid_turns": [0, 2, 3], "messages": turns("go to the red ball", [
+            ("pickup red ball 2", f"{refused}there is no red ball 2 in view. "), ("turn left", ""),
+            ("go to grey ball 1", f"{refused}there is no grey ball 1 in view. "),
+            ("jump", f"{refused}that is not a valid action. ")])},
+        {"item_id": "babyai_4", "success": False, "invalid_turns": [0], "messages": turns(
+            "open the door in front of you", [("go through blue door 1", f"{refused}there is no blue door 1 in view. ")])},
+    ]
+    validation = tmp_path / "step_000001.jsonl"
+    validation.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert load_module().main(["--episodes", "10", str(validation)]) == 0
+    table = capsys.readouterr().out
+    assert "| there is no X in view: the goal's object | 2 |" in table
+    assert "| there is no X in view: another object | 1 |" in table
+    assert "| that is not a valid action | 1 |" in table
+    assert "| all | 4 |" in table
 
 
 def test_missing_validation_file_is_one_line(tmp_path, capsys):
