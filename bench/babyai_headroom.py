@@ -16,7 +16,9 @@ ball in another room) needs the agent to look for it. The table counts those ite
 the goal describes matched by one in view, from minigrid's own descriptions of the mission), and
 the items each validation solved among them. A second table sorts each validation's refused
 actions by the reason the environment gave; "there is no X in view" is split by whether X is an
-object the goal describes (the policy named the goal's object before finding it).
+object the goal describes (the policy named the goal's object before finding it), and by whether
+an earlier observation of the episode gave that name (the object has left the view since: names
+hold for one observation).
 
     python bench/babyai_headroom.py [--split test] [--episodes N] [VALIDATION.jsonl[.gz] ...]
 
@@ -110,7 +112,8 @@ def solved_items(path: Path) -> set[str]:
 def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]]]) -> collections.Counter:
     """The refused actions of a validation file by the reason the environment gave (each object's
     name put as X), "there is no X in view" split by whether X matches an object the goal
-    describes (`described`: item id → (color, type) pairs, a None color matching any)."""
+    describes (`described`: item id → (color, type) pairs, a None color matching any) and by
+    whether an earlier observation of the episode named an object so."""
     reasons = collections.Counter()
     for record in read_json_lines(path):
         messages = record.get("messages") or []
@@ -127,7 +130,13 @@ def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]
                 goals = described.get(record["item_id"], [])
                 named_goal = command is not None and any(
                     command.obj_type == obj_type and color in (None, command.color) for color, obj_type in goals)
-                reason = f"{reason}: the goal's object" if named_goal else f"{reason}: another object"
+                # Names hold for one observation: an object seen earlier may have left the view.
+                earlier = command is not None and any(
+                    re.search(rf"\b{command.label}\b", message["content"])
+                    for message in messages[:replies[turn]] if message["role"] == "user")
+                what = "the goal's object" if named_goal else "another object"
+                when = "named as an earlier view named it" if earlier else "a name no earlier view gave"
+                reason = f"{reason}: {what}, {when}"
             reasons[reason] += 1
     return reasons
 

@@ -45,10 +45,10 @@ def test_table_counts_a_validation_file(tmp_path, capsys):
 
 def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
     """babyai_0's goal is the red ball, babyai_4's any door. Named out of view: the red ball and a
-    blue door are the goal's objects, a grey ball is not; "jump" is no action; the accepted turn
-    is not counted."""
+    blue door are the goal's objects, a grey ball is not; of them only the grey ball was named so
+    by an earlier observation; "jump" is no action; the accepted turn is not counted."""
     def turns(goal, pairs):
-        messages = [{"role": "user", "content": f"Your goal: {goal}\nYou can see: a wall."}]
+        messages = [{"role": "user", "content": f"Your goal: {goal}\nYou can see: a grey ball 1 in front of you."}]
         for reply, answer in pairs:
             messages += [{"role": "assistant", "content": f"Action: {reply}"},
                          {"role": "user", "content": f"{answer}Your goal: {goal}\nYou can see: a wall."}]
@@ -67,8 +67,8 @@ def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
     validation.write_text("".join(json.dumps(record) + "\n" for record in records))
     assert load_module().main(["--episodes", "10", str(validation)]) == 0
     table = capsys.readouterr().out
-    assert "| there is no X in view: the goal's object | 2 |" in table
-    assert "| there is no X in view: another object | 1 |" in table
+    assert "| there is no X in view: the goal's object, a name no earlier view gave | 2 |" in table
+    assert "| there is no X in view: another object, named as an earlier view named it | 1 |" in table
     assert "| that is not a valid action | 1 |" in table
     assert "| all | 4 |" in table
 
