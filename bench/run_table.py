@@ -4,8 +4,8 @@ From a run folder (`runs/<name>`, written with `train.save_trajectories`), one c
 sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards
 differ, the share of actions the environment refused, the replies that repeat the one before, the
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
-for `algo.rare_action_bonus`), the tokens given that bonus and the step's seconds. Then one row
-per validation in `validation/` (step 0's too, when the run took it from `train.baseline`):
+for `algo.rare_action_bonus`), the tokens given that bonus or `algo.discovery_bonus` and the
+step's seconds. Then one row per validation in `validation/` (step 0's too, when the run took it from `train.baseline`):
 success, items solved per category, refused actions, mean turns, the replies that repeat the one
 before word for word (a repeated useless action spends the episode's turns; after BabyAI's note
 that the last action changed nothing, `env.kwargs.note_unchanged`, counted apart too)
@@ -41,6 +41,10 @@ from agentgym_rl.envs.parsing import action_verb, extract_action
 from agentgym_rl.errors import UserError
 from agentgym_rl.eval.metrics import change_sentence
 from agentgym_rl.jsonlines import read_json_lines
+
+#: A step column's row for each token bonus → the metric counting the tokens it was paid at.
+BONUS_TOKENS = {"tokens given the rare-action bonus": "adv/rare_action_tokens",
+                "tokens given the discovery bonus": "adv/discovery_tokens"}
 
 
 def action_kind(env_id: str, reply: str) -> str:
@@ -128,7 +132,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
             "replies repeating the last": repeats(episodes, example_turns),
             "replies after a note repeating the last": after_note(episodes, example_turns),
             "kinds": kinds,
-            "tokens given the bonus": str(int(m.get("adv/rare_action_tokens", 0))),
+            **{label: str(int(m.get(name, 0))) for label, name in BONUS_TOKENS.items()},
             "step (s): rollout + update": f"{m.get(metric.TIME_ROLLOUT_S, 0):.0f} + {m.get(metric.TIME_UPDATE_S, 0):.0f}",
         })
         steps.append(step)
@@ -143,8 +147,9 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
     if shown:
         rows.append([f"accepted actions: {' / '.join(shown)}"]
                     + [" / ".join(str(c["kinds"][k]) for k in shown) for c in columns])
-        if any(c["tokens given the bonus"] != "0" for c in columns):  # algo.rare_action_bonus
-            rows.append(["tokens given the bonus"] + [c["tokens given the bonus"] for c in columns])
+        for label in BONUS_TOKENS:  # the bonuses the run paid
+            if any(c[label] != "0" for c in columns):
+                rows.append([label] + [c[label] for c in columns])
     rows.append(["step (s): rollout + update"] + [c["step (s): rollout + update"] for c in columns])
     return header, rows
 
