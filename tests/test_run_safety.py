@@ -406,3 +406,18 @@ def test_gigpo_on_an_environment_without_states_is_refused_unless_allowed(tmp_pa
     RLTrainer(allowed, log=said.append)
     assert any(line.startswith("warning: search names no states") for line in said)
     assert not (tmp_path / "babyai_gigpo").exists()
+
+
+def test_the_discovery_bonus_where_nothing_is_discovered_is_refused_and_in_a_mix_warned(tmp_path):
+    """Search reports no discoveries: the bonus would never be paid, so the run stops before any
+    work; in a mix with BabyAI it is paid on BabyAI's episodes, and the run says so."""
+    recipe = REPO / "configs" / "babyai_grpo.yaml"
+    config = load_config(RLConfig, recipe, ["env.id=search", "env.kwargs={}", "algo.discovery_bonus=0.5",
+                                            f"run.output_dir={tmp_path}"])
+    with pytest.raises(UserError, match=r"algo.discovery_bonus: search reports nothing discovered .*never be paid"):
+        RLTrainer(config, log=lambda _: None)
+    said: list[str] = []
+    mixed = load_config(RLConfig, recipe, ["env.id=mix", "env.kwargs={members: [{id: babyai}, {id: search}]}",
+                                           "algo.discovery_bonus=0.5", f"run.output_dir={tmp_path}"])
+    RLTrainer(mixed, log=said.append)
+    assert any(line.startswith("warning: algo.discovery_bonus: search reports nothing") for line in said)

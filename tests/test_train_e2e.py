@@ -582,16 +582,6 @@ def test_an_action_that_discovered_something_earns_its_bonus_at_its_first_token(
     assert seen[0][2].tolist() == [0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.0]
 
 
-def test_the_discovery_bonus_is_refused_where_nothing_is_discovered(tmp_path, counter_env_registered):
-    """The counter environment reports no discoveries (`EnvSpec.discoveries`): the bonus would
-    never be paid, so the run stops before any work, with the setting named."""
-    from agentgym_rl.errors import UserError
-    from agentgym_rl.train.rl import RLTrainer
-
-    with pytest.raises(UserError, match=r"algo.discovery_bonus: counter reports nothing discovered"):
-        RLTrainer(toy_config(tmp_path, "algo.discovery_bonus=0.5"), log=lambda _: None)
-
-
 def test_algo_clip_eps_high_reaches_the_policy_loss(tmp_path, counter_env_registered, monkeypatch):
     """The trainer hands the policy loss the recipe's settings with the run's overrides
     (`algos.rl_objective`, by its keywords): clip-higher set in the config arrives as ε_high."""

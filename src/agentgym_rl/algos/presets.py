@@ -114,8 +114,8 @@ class AlgorithmSpec:
         "has rewarded yet keeps being tried instead of losing its mass to the rewarded one (docs/RESULTS.md: "
         "SmolLM2's \"pickup\" on BabyAI).", ge=0)
     discovery_bonus: float | None = setting(
-        None, "null: off. A number b > 0: a count-free exploration bonus. The first token of each accepted action "
-        "that showed the agent part of the world it had not seen in the episode (the environment's "
+        None, "null: off. A number b > 0: an exploration bonus for what is seen anew. The first token of each "
+        "accepted action that showed the agent part of the world it had not seen in the episode (the environment's "
         "info[\"discovered\"] > 0: BabyAI's unseen cells, on environments whose `EnvSpec` sets `discoveries`) gets "
         "+b on its advantage (`Trajectory.discovery_tokens`). Where the goal's object is out of view, the actions "
         "that look for it (turning, going through a door) earn it and naming the unseen object does not "

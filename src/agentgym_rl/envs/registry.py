@@ -104,17 +104,21 @@ def make(env_id: str, max_turns: int | None = None, **kwargs: Any) -> TextEnv:
     return TurnLimit(env, max_turns) if max_turns is not None else env
 
 
+def members(env_id: str, kwargs: dict[str, Any] | None = None) -> list[str]:
+    """The environments `env_id` plays: a mix's members (`env.kwargs.members`), else itself."""
+    if env_id != "mix":
+        return [env_id]
+    parse_members = load_entry_point("agentgym_rl.envs.mix:parse_members")  # mix imports this module
+    try:
+        return [member.id for member in parse_members((kwargs or {}).get("members"))]
+    except ValueError as error:
+        raise UserError(f"bad arguments for environment 'mix': {error}") from None
+
+
 def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str) -> list[str]:
-    """The environments of `env_id` (a mix: its members) whose `EnvSpec` does not set `feature`
+    """The environments `env_id` plays (`members`) whose `EnvSpec` does not set `feature`
     ("state_keys": they name no states; "discoveries": they report none)."""
-    if env_id == "mix":
-        parse_members = load_entry_point("agentgym_rl.envs.mix:parse_members")  # mix imports this module
-        try:
-            ids = [member.id for member in parse_members((kwargs or {}).get("members"))]
-        except ValueError as error:
-            raise UserError(f"bad arguments for environment 'mix': {error}") from None
-        return [member for member in ids if not getattr(spec(member), feature)]
-    return [] if getattr(spec(env_id), feature) else [env_id]
+    return [member for member in members(env_id, kwargs) if not getattr(spec(member), feature)]
 
 
 def check_installed(env_id: str, kwargs: dict[str, Any] | None = None) -> None:
@@ -397,7 +401,6 @@ register(
         max_turns=100,  # the engine's cap; each member's own limit ends its episodes (`envs/mix.py`)
         expert_entry_point="agentgym_rl.envs.base:EnvExpert",
         state_keys=True,  # those of its members that name their states
-        discoveries=True,  # those of its members that report them
         requires="env.kwargs.members: the environments it mixes",
         check_entry_point="agentgym_rl.envs.mix:check_members",
         installed_entry_point="agentgym_rl.envs.mix:check_members_installed",

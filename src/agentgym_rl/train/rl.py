@@ -399,9 +399,11 @@ class RLTrainer(Trainer):
         undiscovering = registry.lacking(config.env.id, config.env.kwargs, "discoveries") \
             if self.algorithm.discovery_bonus is not None else []
         if undiscovering:
-            verb = "reports" if len(undiscovering) == 1 else "report"
-            raise UserError(f"algo.discovery_bonus: {', '.join(undiscovering)} {verb} nothing discovered "
-                            "(info['discovered']), so the bonus would never be paid: drop it")
+            what = (f"algo.discovery_bonus: {', '.join(undiscovering)} report{'s' if len(undiscovering) == 1 else ''} "
+                    "nothing discovered (info['discovered'])")
+            if len(undiscovering) == len(registry.members(config.env.id, config.env.kwargs)):
+                raise UserError(f"{what}, so the bonus would never be paid: drop it")
+            self.log(f"warning: {what}: the bonus is paid on the other environments of the mix only")
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
         self._task_pools(config)
