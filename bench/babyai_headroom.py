@@ -41,7 +41,7 @@ from agentgym_rl.errors import UserError
 from agentgym_rl.jsonlines import read_json_lines
 
 TURNS = ("turn left", "turn right")
-REFUSED = re.compile(r"^You cannot do that: (.*?)\. Your goal")
+REFUSED = re.compile(r"^You cannot do that: (.*?)\. (?=Your goal)")
 OBJECT_NAME = re.compile(r"\b(?:red|green|blue|purple|yellow|grey) (?:door|key|ball|box)(?: \d+)?")
 OUT_OF_VIEW = "there is no X in view"
 
@@ -116,8 +116,12 @@ def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]
     whether an earlier observation of the episode named an object so."""
     reasons = collections.Counter()
     for record in read_json_lines(path):
+        if record["item_id"] not in described:  # outside --split / --episodes
+            continue
         messages = record.get("messages") or []
-        replies = [i for i, message in enumerate(messages) if message["role"] == "assistant"]
+        # The worked example's turns (`rollout.example`, not trained) are another item's and no turn.
+        replies = [i for i, message in enumerate(messages)
+                   if message["role"] == "assistant" and message.get("loss", True)]
         for turn in record.get("invalid_turns") or []:
             if turn >= len(replies) or replies[turn] + 1 >= len(messages):
                 continue
@@ -131,9 +135,10 @@ def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]
                 named_goal = command is not None and any(
                     command.obj_type == obj_type and color in (None, command.color) for color, obj_type in goals)
                 # Names hold for one observation: an object seen earlier may have left the view.
-                earlier = command is not None and any(
-                    re.search(rf"\b{command.label}\b", message["content"])
-                    for message in messages[:replies[turn]] if message["role"] == "user")
+                # Read what the episode's observations showed, not their refusals' wording.
+                shown = [REFUSED.sub("", message["content"])
+                         for message in messages[replies[0] - 1:replies[turn]] if message["role"] == "user"]
+                earlier = command is not None and any(re.search(rf"\b{command.label}\b", text) for text in shown)
                 what = "the goal's object" if named_goal else "another object"
                 when = "named as an earlier view named it" if earlier else "a name no earlier view gave"
                 reason = f"{reason}: {what}, {when}"

@@ -44,11 +44,16 @@ def test_table_counts_a_validation_file(tmp_path, capsys):
 
 
 def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
-    """babyai_0's goal is the red ball, babyai_4's any door. Named out of view: the red ball and a
+    """babyai_0's goal is the red ball, babyai_4's any door. Named out of view: the red ball (twice:
+    the second time only the refusal and the worked example, another item's, had named it) and a
     blue door are the goal's objects, a grey ball is not; of them only the grey ball was named so
-    by an earlier observation; "jump" is no action; the accepted turn is not counted."""
+    by an earlier observation; "jump" is no action; the accepted turn is not counted, nor an item
+    outside the first 10 (babyai_50)."""
     def turns(goal, pairs):
-        messages = [{"role": "user", "content": f"Your goal: {goal}\nYou can see: a grey ball 1 in front of you."}]
+        messages = [{"role": "system", "content": "Reply with an action."},
+                    {"role": "user", "content": "Your goal: go to the red ball\nYou can see: a red ball 2."},
+                    {"role": "assistant", "content": "Action: go to red ball 2", "loss": False},
+                    {"role": "user", "content": f"Your goal: {goal}\nYou can see: a grey ball 1 in front of you."}]
         for reply, answer in pairs:
             messages += [{"role": "assistant", "content": f"Action: {reply}"},
                          {"role": "user", "content": f"{answer}Your goal: {goal}\nYou can see: a wall."}]
@@ -56,21 +61,25 @@ def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
 
     refused = "You cannot do that: "
     records = [
-        {"item_id": "babyai_0", "success": False, "invalid_turns": [0, 2, 3], "messages": turns("go to the red ball", [
-            ("pickup red ball 2", f"{refused}there is no red ball 2 in view. "), ("turn left", ""),
-            ("go to grey ball 1", f"{refused}there is no grey ball 1 in view. "),
-            ("jump", f"{refused}that is not a valid action. ")])},
+        {"item_id": "babyai_0", "success": False, "invalid_turns": [0, 1, 3, 4], "messages": turns(
+            "go to the red ball", [("pickup red ball 2", f"{refused}there is no red ball 2 in view. "),
+                                   ("pickup red ball 2", f"{refused}there is no red ball 2 in view. "),
+                                   ("turn left", ""),
+                                   ("go to grey ball 1", f"{refused}there is no grey ball 1 in view. "),
+                                   ("jump", f"{refused}that is not a valid action. ")])},
         {"item_id": "babyai_4", "success": False, "invalid_turns": [0], "messages": turns(
             "open the door in front of you", [("go through blue door 1", f"{refused}there is no blue door 1 in view. ")])},
+        {"item_id": "babyai_50", "success": False, "invalid_turns": [0], "messages": turns(
+            "go to the red ball", [("jump", f"{refused}that is not a valid action. ")])},
     ]
     validation = tmp_path / "step_000001.jsonl"
     validation.write_text("".join(json.dumps(record) + "\n" for record in records))
     assert load_module().main(["--episodes", "10", str(validation)]) == 0
     table = capsys.readouterr().out
-    assert "| there is no X in view: the goal's object, a name no earlier view gave | 2 |" in table
+    assert "| there is no X in view: the goal's object, a name no earlier view gave | 3 |" in table
     assert "| there is no X in view: another object, named as an earlier view named it | 1 |" in table
     assert "| that is not a valid action | 1 |" in table
-    assert "| all | 4 |" in table
+    assert "| all | 5 |" in table
 
 
 def test_missing_validation_file_is_one_line(tmp_path, capsys):

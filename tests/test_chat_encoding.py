@@ -113,20 +113,23 @@ def test_the_engine_records_the_kind_the_environment_names_over_the_first_word()
 
 class DiscoveringCounterEnv(CounterEnv):
     """CounterEnv whose first count shows the agent something new (`info["discovered"]`), as a
-    BabyAI turn that brings unseen cells into view does; later counts show nothing new."""
+    BabyAI turn that brings unseen cells into view does; later counts show nothing new. A
+    rejected action claims a discovery too, which the engine must not credit."""
 
     def step(self, action):
         observation, reward, terminated, truncated, info = super().step(action)
-        return observation, reward, terminated, truncated, {**info, "discovered": 3 if self.count == 1 else 0}
+        new = info["invalid_action"] or (self.count == 1 and "count" in action)
+        return observation, reward, terminated, truncated, {**info, "discovered": 3 if new else 0}
 
 
-def test_the_engine_records_the_actions_that_discovered_something():
+def test_the_engine_records_the_accepted_actions_that_discovered_something():
     tokenizer = make_tokenizer("qwen2.5")
     encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Action: count", "Action: count"], encoder.end_of_turn_id)
+    generator = ScriptedGenerator(tokenizer, ["Action: count", "Action: jump", "Action: count"],
+                                  encoder.end_of_turn_id)
     engine = RolloutEngine(DiscoveringCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=True))
     [trajectory] = engine.run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
-    assert trajectory.success and len(trajectory.action_tokens) == 2
+    assert trajectory.success and trajectory.invalid_turns == [1] and len(trajectory.action_tokens) == 2
     assert trajectory.discovery_tokens == trajectory.action_tokens[:1]
 
 

@@ -31,7 +31,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     run.mkdir()
     (run / "config.yaml").write_text("rollout: {example: babyai_91, example_turns: 1}\n")
     write_lines(run / "metrics.jsonl", [{"step": 1, "time/rollout_s": 10.4, "time/update_s": 5.0,
-                                         "adv/rare_action_tokens": 3, "adv/discovery_tokens": 0},
+                                         "adv/rare_action_tokens": 3, "adv/discovery_tokens": 2},
                                         {"step": 1, "val/success": 1.0}])
     # Group 0's rewards differ, group 1's tie; 2 of 8 turns refused; kinds: go to 3, pickup 2, toggle 1.
     write_lines(run / "trajectories" / "step_000001.jsonl", [
@@ -59,8 +59,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     assert "| sampled success | 25% |\n| groups whose rewards differ | 1 of 2 |" in out  # no greedy members
     assert "| refused actions | 25% |\n| replies repeating the last | 50% (1 of 2) |" in out
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
-    assert "| tokens given the rare-action bonus | 3 |" in out
-    assert "discovery bonus" not in out  # paid at no token
+    assert "| tokens given the rare-action bonus | 3 |\n| tokens given the discovery bonus | 2 |" in out
     assert "| step (s): rollout + update | 10 + 5 |" in out
     assert ("| greedy validation | success | GoTo (2) | Pickup (1) | refused actions | mean turns | "
             "replies repeating the last | actions written |") in out

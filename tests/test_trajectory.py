@@ -25,3 +25,15 @@ def test_bad_file_names_file_and_line(tmp_path):
         load_trajectories(path)
     with pytest.raises(UserError, match="does not exist"):
         load_trajectories(tmp_path / "missing.jsonl")
+
+
+def test_a_pickle_from_before_a_field_existed_gets_its_default():
+    """A journal pickled by older code lacks the fields added since: unpickled, they take their
+    defaults instead of being missing attributes."""
+    import pickle
+
+    old = Trajectory("babyai", "babyai_0", "GoTo", action_tokens=[3])
+    del old.__dict__["discovery_tokens"]  # as pickled before `discovery_tokens` existed
+    restored = pickle.loads(pickle.dumps(old))
+    assert restored.discovery_tokens == [] and restored.action_tokens == [3]
+    assert restored.to_json()["discovery_tokens"] == []

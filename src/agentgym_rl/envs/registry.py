@@ -118,6 +118,8 @@ def members(env_id: str, kwargs: dict[str, Any] | None = None) -> list[str]:
 def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str) -> list[str]:
     """The environments `env_id` plays (`members`) whose `EnvSpec` does not set `feature`
     ("state_keys": they name no states; "discoveries": they report none)."""
+    if feature not in ("state_keys", "discoveries"):
+        raise ValueError(f"not a feature an EnvSpec declares: {feature!r}")
     return [member for member in members(env_id, kwargs) if not getattr(spec(member), feature)]
 
 

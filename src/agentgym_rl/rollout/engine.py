@@ -627,7 +627,7 @@ class RolloutEngine:
             if located is not None:
                 record.action_tokens.append(episode.reply_start + located[1])
                 record.action_verbs.append(str(info.get("action_kind") or action_verb(located[0])))
-                if info.get("discovered", 0) > 0:
+                if (info.get("discovered") or 0) > 0:
                     record.discovery_tokens.append(record.action_tokens[-1])
         record.success = record.success or bool(info.get("success", False))
         record.terminated = terminated

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -95,6 +95,14 @@ class Trajectory:
     """`rollout.summarize`: each summary the policy wrote, {"turns": the turns played when it was
     asked, "text": it}; a model's summary ids are in `input_ids` at the end of the window it was
     written in, trained (loss mask 1) like a reply."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle, giving a field the record lacks its default: a journal written before the
+        field was added (`rollout.journal_every`) is continued by the newer code."""
+        defaults = {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                    for f in fields(self)
+                    if f.name not in state and (f.default is not MISSING or f.default_factory is not MISSING)}
+        self.__dict__.update({**defaults, **state})
 
     @property
     def reward(self) -> float:
