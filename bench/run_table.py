@@ -6,11 +6,12 @@ differ, the share of actions the environment refused, the replies that repeat th
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens each token bonus was paid at (`algo.rare_action_bonus`,
 `algo.discovery_bonus`) and the step's seconds. Then one row per validation in `validation/`
-(step 0's too, when the run took it from `train.baseline`): success, items solved per category, refused actions, mean turns, the replies that repeat the one
-before word for word (a repeated useless action spends the episode's turns; after BabyAI's note
-that the last action changed nothing, `env.kwargs.note_unchanged`, counted apart too)
-and the kinds of action the greedy replies wrote (the worked example's turns left out); and each
-validation paired item by item with the first.
+(step 0's too, when the run took it from `train.baseline`): success, items solved per category,
+refused actions, mean turns, the replies that repeat the one before word for word (a repeated
+useless action spends the episode's turns; after BabyAI's note that the last action changed
+nothing, `env.kwargs.note_unchanged`, counted apart too) and the kinds of action the greedy
+replies wrote (the worked example's turns left out); and each validation paired item by item
+with the first.
 
     python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE] [--against-solved NAME=IDS]
 

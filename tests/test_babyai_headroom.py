@@ -68,7 +68,8 @@ def test_refused_actions_are_sorted_by_the_reason_given(tmp_path, capsys):
                                    ("go to grey ball 1", f"{refused}there is no grey ball 1 in view. "),
                                    ("jump", f"{refused}that is not a valid action. ")])},
         {"item_id": "babyai_4", "success": False, "invalid_turns": [0], "messages": turns(
-            "open the door in front of you", [("go through blue door 1", f"{refused}there is no blue door 1 in view. ")])},
+            "open the door in front of you",
+            [("go through blue door 1", f"{refused}there is no blue door 1 in view. ")])},
         {"item_id": "babyai_50", "success": False, "invalid_turns": [0], "messages": turns(
             "go to the red ball", [("jump", f"{refused}that is not a valid action. ")])},
     ]

@@ -486,6 +486,23 @@ def test_skip_zero_advantage_decides_which_rows_are_trained(tmp_path, counter_en
 WON_ADVANTAGE = 0.5 / 0.5 ** 0.5
 
 
+def toy_rows(rows):
+    """The toy batch: (group, reward, fields) → a two-turn counter episode, replies at positions
+    1–2 and 5–6, the reward on its last turn, with the given `Trajectory` fields."""
+    from agentgym_rl.rollout.trajectory import Trajectory
+
+    return [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
+                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
+                       turn_rewards=[0.0, reward], **fields) for group, reward, fields in rows]
+
+
+def record_advantages(trainer) -> list:
+    """The (B, T) advantages of each batch the trainer's `_optimize` is handed, as a list it fills."""
+    optimize, seen = trainer._optimize, []
+    trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
+    return seen
+
+
 @pytest.mark.parametrize("kind", ["invalid", "idle"])
 @pytest.mark.parametrize("penalty,capped,trained,token_abs", [
     ("null", None, 2, 8 * WON_ADVANTAGE / 16), (0.0, 2, 2, 6 * WON_ADVANTAGE / 16),
@@ -498,7 +515,6 @@ def test_a_turn_that_cannot_have_helped_loses_its_credit(tmp_path, counter_env_r
     won episode's first turn (2 tokens) loses its positive advantage; with 0.5 every such token
     is pushed down, so the tied group is trained on too, and the advantages the loss sees are
     not the estimator's (`adv/token_abs_mean`)."""
-    from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
     config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.{kind}_turn_penalty={penalty}")
@@ -507,10 +523,7 @@ def test_a_turn_that_cannot_have_helped_loses_its_credit(tmp_path, counter_env_r
     assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
     first_turn = ({"invalid_turns": [0], "wrong_tokens": [1]} if kind == "invalid"
                   else {"state_keys": ["0", "0"], "idle_turns": [0], "idle_tokens": [1]})
-    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
-                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], **first_turn)
-            for group, reward in [(0, 1.0), (0, 0.0), (1, 0.0), (1, 0.0)]]
+    rows = toy_rows([(0, 1.0, first_turn), (0, 0.0, first_turn), (1, 0.0, first_turn), (1, 0.0, first_turn)])
     metrics = trainer.update(rows, step=0)
     assert metrics.get(f"adv/{kind}_tokens_capped") == capped
     assert metrics.get("adv/wrong_tokens" if kind == "invalid" else "adv/idle_tokens") == (
@@ -526,19 +539,15 @@ def test_a_rare_action_earns_its_bonus_at_its_first_token(tmp_path, counter_env_
     7 "go" and one "pickup" (row 2, second turn). At share 0.25 (2 of 8 actions) "pickup" is
     rare: its token gets +0.5, so its tied group's row is trained on too, and the mean
     |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
-    from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
     config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.rare_action_bonus={bonus}", "algo.rare_action_share=0.25")
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
-    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
-                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], action_tokens=[1, 5], action_verbs=["go", second])
-            for group, reward, second in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go")]]
-    optimize, seen = trainer._optimize, []
-    trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
+    rows = toy_rows([(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", second]})
+                     for group, reward, second in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go")]])
+    seen = record_advantages(trainer)
     metrics = trainer.update(rows, step=0)
     if bonus == "null":
         assert "adv/rare_action_tokens" not in metrics and metrics["update/trajectories"] == 2
@@ -557,7 +566,6 @@ def test_an_action_that_discovered_something_earns_its_bonus_at_its_first_token(
     2, second turn (position 5). Its token gets +0.5 and nothing else changes, so that row is
     trained on too and the mean |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
     from agentgym_rl.envs import registry
-    from agentgym_rl.rollout.trajectory import Trajectory
     from agentgym_rl.train.rl import RLTrainer
 
     monkeypatch.setitem(registry._REGISTRY, "counter", dataclasses.replace(registry.spec("counter"), discoveries=True))
@@ -565,13 +573,10 @@ def test_an_action_that_discovered_something_earns_its_bonus_at_its_first_token(
     trainer = RLTrainer(config, log=lambda _: None)
     trainer._setup(resume=False)
     assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
-    rows = [Trajectory("counter", "counter_1", "goal1", group=group, input_ids=[5, 6, 7, 8, 9, 10, 11],
-                       loss_mask=[0, 1, 1, 0, 0, 1, 1], logprobs=[0.0, -1.0, -1.0, 0.0, 0.0, -1.0, -1.0],
-                       turn_rewards=[0.0, reward], action_tokens=[1, 5], action_verbs=["go", "go"],
-                       discovery_tokens=discovered)
-            for group, reward, discovered in [(0, 1.0, []), (0, 0.0, []), (1, 0.0, [5]), (1, 0.0, [])]]
-    optimize, seen = trainer._optimize, []
-    trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
+    rows = toy_rows([(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", "go"],
+                                      "discovery_tokens": discovered})
+                     for group, reward, discovered in [(0, 1.0, []), (0, 0.0, []), (1, 0.0, [5]), (1, 0.0, [])]])
+    seen = record_advantages(trainer)
     metrics = trainer.update(rows, step=0)
     if bonus == "null":
         assert "adv/discovery_tokens" not in metrics and metrics["update/trajectories"] == 2
