@@ -16,9 +16,9 @@ ball in another room) needs the agent to look for it. The table counts those ite
 the goal describes matched by one in view, from minigrid's own descriptions of the mission), and
 the items each validation solved among them. A second table sorts each validation's refused
 actions by the reason the environment gave; "there is no X in view" is split by whether X is an
-object the goal describes (the policy named the goal's object before finding it), and by whether
-an earlier observation of the episode gave that name (the object has left the view since: names
-hold for one observation).
+object the goal describes (the policy named the goal's object where it could not see it), and by
+whether an earlier observation of the episode gave that name (the object has left the view since:
+names hold for one observation).
 
     python bench/babyai_headroom.py [--split test] [--episodes N] [VALIDATION.jsonl[.gz] ...]
 
@@ -131,7 +131,7 @@ def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]
             reason = OBJECT_NAME.sub("X", refused.group(1))
             if reason == OUT_OF_VIEW:
                 command = parse_action(extract_action(messages[replies[turn]]["content"]))
-                goals = described.get(record["item_id"], [])
+                goals = described[record["item_id"]]
                 named_goal = command is not None and any(
                     command.obj_type == obj_type and color in (None, command.color) for color, obj_type in goals)
                 # Names hold for one observation: an object seen earlier may have left the view.
