@@ -59,10 +59,11 @@ def goal_descriptions(mg) -> list:
     return found
 
 
-def goal_in_view(mg) -> bool:
-    """Whether every object description of the mission matches an object now in view."""
+def goal_in_view(mg, descriptions: list) -> bool:
+    """Whether each of the mission's object `descriptions` (`goal_descriptions`) matches an
+    object now in view."""
     in_view = {pos for pos, _, _ in visible_cells(mg)}
-    return all(in_view.intersection(map(tuple, desc.find_matching_objs(mg)[1])) for desc in goal_descriptions(mg))
+    return all(in_view.intersection(map(tuple, desc.find_matching_objs(mg)[1])) for desc in descriptions)
 
 
 def solving_actions(env, snapshot: bytes) -> list[str]:
@@ -86,8 +87,9 @@ def headroom(split: str, episodes: int | None) -> list[dict]:
         for task in registry.tasks("babyai", split)[:episodes]:
             env.reset(item_id=task.item_id)
             start = env.snapshot()
-            in_view = goal_in_view(env.minigrid_env)
-            described = [(desc.color, desc.type) for desc in goal_descriptions(env.minigrid_env)]
+            descriptions = goal_descriptions(env.minigrid_env)
+            in_view = goal_in_view(env.minigrid_env, descriptions)
+            described = [(desc.color, desc.type) for desc in descriptions]
             at_once = solving_actions(env, start)
             after_turn = False
             if not at_once:
@@ -104,18 +106,18 @@ def headroom(split: str, episodes: int | None) -> list[dict]:
     return rows
 
 
-def solved_items(path: Path) -> set[str]:
-    """The item ids a validation file (JSON lines, gzipped or not) records as solved."""
-    return {record["item_id"] for record in read_json_lines(path) if record.get("success")}
+def solved_items(records: list[dict]) -> set[str]:
+    """The item ids a validation file's records mark as solved."""
+    return {record["item_id"] for record in records if record.get("success")}
 
 
-def refusal_reasons(path: Path, described: dict[str, list[tuple[str | None, str]]]) -> collections.Counter:
-    """The refused actions of a validation file by the reason the environment gave (each object's
-    name put as X), "there is no X in view" split by whether X matches an object the goal
+def refusal_reasons(records: list[dict], described: dict[str, list[tuple[str | None, str]]]) -> collections.Counter:
+    """A validation file's refused actions by the reason the environment gave (each object's name
+    put as X), "there is no X in view" split by whether X matches an object the goal
     describes (`described`: item id → (color, type) pairs, a None color matching any) and by
     whether an earlier observation of the episode named an object so."""
     reasons = collections.Counter()
-    for record in read_json_lines(path):
+    for record in records:
         if record["item_id"] not in described:  # outside --split / --episodes
             continue
         messages = record.get("messages") or []
@@ -168,10 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     try:
-        solved = {path: solved_items(path) for path in args.validations}
+        records = {path: list(read_json_lines(path)) for path in args.validations}  # JSON lines, gzipped or not
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    solved = {path: solved_items(episodes) for path, episodes in records.items()}
     rows = headroom(args.split, args.episodes)
     categories = [category for category, _ in collections.Counter(row["category"] for row in rows).most_common()]
     labels = column_labels(list(solved))
@@ -193,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\nfirst words of the actions that solve an item at once:", dict(verbs.most_common()))
     if solved:
         described = {row["item_id"]: row["described"] for row in rows}
-        counts = {label: refusal_reasons(path, described) for label, path in zip(labels, solved)}
+        counts = {label: refusal_reasons(records[path], described) for label, path in zip(labels, solved)}
         reasons = sorted({reason for counted in counts.values() for reason in counted},
                          key=lambda reason: -sum(counted[reason] for counted in counts.values()))
         print("\n| refused actions, by the reason given | " + " | ".join(labels) + " |")
