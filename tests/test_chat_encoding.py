@@ -59,6 +59,17 @@ def make_tokenizer(family: str):
 REPLIES = ["Thought: I should count.\nAction: count", "Action: look", "Thought: again.\nAction: count"]
 
 
+def play_scripted(env_class, replies: list[str], item: int = 0, **config):
+    """One episode of counter item `item` with the scripted `replies` (a qwen2.5-style tokenizer,
+    at most 10 turns, `RolloutConfig(max_new_tokens=32, **config)`): (its trajectory, the tokenizer)."""
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = ScriptedGenerator(tokenizer, replies, encoder.end_of_turn_id)
+    engine = RolloutEngine(env_class, RolloutConfig(max_new_tokens=32, **config))
+    [trajectory] = engine.run([Task("counter", item, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    return trajectory, tokenizer
+
+
 class LookingCounterEnv(CounterEnv):
     """CounterEnv listing two-word actions, so a reply can go wrong after its first word."""
 
@@ -68,12 +79,8 @@ class LookingCounterEnv(CounterEnv):
 
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_where_a_rejected_reply_went_wrong(locate):
-    tokenizer = make_tokenizer("qwen2.5")
-    encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Action: jump", "Action: look up", "Action: count"],
-                                  encoder.end_of_turn_id)
-    engine = RolloutEngine(LookingCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
-    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    trajectory, tokenizer = play_scripted(LookingCounterEnv, ["Action: jump", "Action: look up", "Action: count"],
+                                          locate_wrong_tokens=locate)
     assert trajectory.success and trajectory.invalid_turns == [0, 1]
     if not locate:
         assert trajectory.wrong_tokens == [] and trajectory.right_tokens == []
@@ -103,11 +110,7 @@ class KindCounterEnv(CounterEnv):
 
 
 def test_the_engine_records_the_kind_the_environment_names_over_the_first_word():
-    tokenizer = make_tokenizer("qwen2.5")
-    encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Action: count"], encoder.end_of_turn_id)
-    engine = RolloutEngine(KindCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=True))
-    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    trajectory, _ = play_scripted(KindCounterEnv, ["Action: count"], locate_wrong_tokens=True)
     assert trajectory.action_verbs == ["increment"] and len(trajectory.action_tokens) == 1
 
 
@@ -123,24 +126,16 @@ class DiscoveringCounterEnv(CounterEnv):
 
 
 def test_the_engine_records_the_accepted_actions_that_discovered_something():
-    tokenizer = make_tokenizer("qwen2.5")
-    encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Action: count", "Action: jump", "Action: count"],
-                                  encoder.end_of_turn_id)
-    engine = RolloutEngine(DiscoveringCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=True))
-    [trajectory] = engine.run([Task("counter", 1, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    trajectory, _ = play_scripted(DiscoveringCounterEnv, ["Action: count", "Action: jump", "Action: count"], item=1,
+                                  locate_wrong_tokens=True)
     assert trajectory.success and trajectory.invalid_turns == [1] and len(trajectory.action_tokens) == 2
     assert trajectory.discovery_tokens == trajectory.action_tokens[:1]
 
 
 @pytest.mark.parametrize("locate", [True, False])
 def test_the_engine_records_turns_that_changed_nothing_and_where_their_action_began(locate):
-    tokenizer = make_tokenizer("qwen2.5")
-    encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, ["Thought: where?\nAction: look left", "Action: count"],
-                                  encoder.end_of_turn_id)
-    engine = RolloutEngine(IdlingCounterEnv, RolloutConfig(max_new_tokens=32, locate_wrong_tokens=locate))
-    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    trajectory, tokenizer = play_scripted(IdlingCounterEnv, ["Thought: where?\nAction: look left", "Action: count"],
+                                          locate_wrong_tokens=locate)
     assert trajectory.success and trajectory.state_keys == ["0", "0"]
     assert trajectory.idle_turns == [0] and trajectory.invalid_turns == []
     if not locate:
@@ -305,12 +300,8 @@ def test_a_rejected_reply_is_located_after_the_reply_prefix():
     """With "Action:" as context, the model generates " look up": the wrong token is the one
     bringing "up" among the generated ids (the prefix is untrained and never blamed), and the
     tokens starting "left" and "right" would have continued a listed action."""
-    tokenizer = make_tokenizer("qwen2.5")
-    encoder = ChatEncoder(tokenizer)
-    generator = ScriptedGenerator(tokenizer, [" jump", " look up", " count"], encoder.end_of_turn_id)
-    config = RolloutConfig(max_new_tokens=32, reply_prefix="Action:", locate_wrong_tokens=True)
-    [trajectory] = RolloutEngine(LookingCounterEnv, config).run(
-        [Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    trajectory, tokenizer = play_scripted(LookingCounterEnv, [" jump", " look up", " count"], reply_prefix="Action:",
+                                          locate_wrong_tokens=True)
     assert trajectory.success and trajectory.invalid_turns == [0, 1]
     assert_jump_and_look_up_located(trajectory, tokenizer)
 
