@@ -496,11 +496,17 @@ def toy_rows(rows):
                        turn_rewards=[0.0, reward], **fields) for group, reward, fields in rows]
 
 
-def record_advantages(trainer) -> list:
-    """The (B, T) advantages of each batch the trainer's `_optimize` is handed, as a list it fills."""
+def toy_update(tmp_path, rows, *settings: str):
+    """One update of the toy config with `algo.kl_coef=0` and `settings` on `toy_rows(rows)`:
+    (whether the engine locates actions, the update's metrics, the (B, T) advantages of each
+    batch `_optimize` was handed)."""
+    from agentgym_rl.train.rl import RLTrainer
+
+    trainer = RLTrainer(toy_config(tmp_path, "algo.kl_coef=0", *settings), log=lambda _: None)
+    trainer._setup(resume=False)
     optimize, seen = trainer._optimize, []
     trainer._optimize = lambda batch, *args: seen.append(batch.advantages.clone()) or optimize(batch, *args)
-    return seen
+    return trainer.engine.config.locate_wrong_tokens, trainer.update(toy_rows(rows), step=0), seen
 
 
 @pytest.mark.parametrize("kind", ["invalid", "idle"])
@@ -515,16 +521,11 @@ def test_a_turn_that_cannot_have_helped_loses_its_credit(tmp_path, counter_env_r
     won episode's first turn (2 tokens) loses its positive advantage; with 0.5 every such token
     is pushed down, so the tied group is trained on too, and the advantages the loss sees are
     not the estimator's (`adv/token_abs_mean`)."""
-    from agentgym_rl.train.rl import RLTrainer
-
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.{kind}_turn_penalty={penalty}")
-    trainer = RLTrainer(config, log=lambda _: None)
-    trainer._setup(resume=False)
-    assert trainer.engine.config.locate_wrong_tokens == (penalty != "null")
     first_turn = ({"invalid_turns": [0], "wrong_tokens": [1]} if kind == "invalid"
                   else {"state_keys": ["0", "0"], "idle_turns": [0], "idle_tokens": [1]})
-    rows = toy_rows([(0, 1.0, first_turn), (0, 0.0, first_turn), (1, 0.0, first_turn), (1, 0.0, first_turn)])
-    metrics = trainer.update(rows, step=0)
+    located, metrics, _ = toy_update(tmp_path, [(0, 1.0, first_turn), (0, 0.0, first_turn), (1, 0.0, first_turn),
+                                                (1, 0.0, first_turn)], f"algo.{kind}_turn_penalty={penalty}")
+    assert located == (penalty != "null")
     assert metrics.get(f"adv/{kind}_tokens_capped") == capped
     assert metrics.get("adv/wrong_tokens" if kind == "invalid" else "adv/idle_tokens") == (
         None if penalty == "null" else 4)
@@ -539,16 +540,11 @@ def test_a_rare_action_earns_its_bonus_at_its_first_token(tmp_path, counter_env_
     7 "go" and one "pickup" (row 2, second turn). At share 0.25 (2 of 8 actions) "pickup" is
     rare: its token gets +0.5, so its tied group's row is trained on too, and the mean
     |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
-    from agentgym_rl.train.rl import RLTrainer
-
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.rare_action_bonus={bonus}", "algo.rare_action_share=0.25")
-    trainer = RLTrainer(config, log=lambda _: None)
-    trainer._setup(resume=False)
-    assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
-    rows = toy_rows([(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", second]})
-                     for group, reward, second in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go")]])
-    seen = record_advantages(trainer)
-    metrics = trainer.update(rows, step=0)
+    located, metrics, seen = toy_update(
+        tmp_path, [(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", second]})
+                   for group, reward, second in [(0, 1.0, "go"), (0, 0.0, "go"), (1, 0.0, "pickup"), (1, 0.0, "go")]],
+        f"algo.rare_action_bonus={bonus}", "algo.rare_action_share=0.25")
+    assert located == (bonus != "null")
     if bonus == "null":
         assert "adv/rare_action_tokens" not in metrics and metrics["update/trajectories"] == 2
         assert metrics["adv/token_abs_mean"] == pytest.approx(8 * WON_ADVANTAGE / 16, rel=1e-4)
@@ -566,18 +562,13 @@ def test_an_action_that_discovered_something_earns_its_bonus_at_its_first_token(
     2, second turn (position 5). Its token gets +0.5 and nothing else changes, so that row is
     trained on too and the mean |advantage| the loss sees grows by 0.5 over the 16 trained tokens."""
     from agentgym_rl.envs import registry
-    from agentgym_rl.train.rl import RLTrainer
 
     monkeypatch.setitem(registry._REGISTRY, "counter", dataclasses.replace(registry.spec("counter"), discoveries=True))
-    config = toy_config(tmp_path, "algo.kl_coef=0", f"algo.discovery_bonus={bonus}")
-    trainer = RLTrainer(config, log=lambda _: None)
-    trainer._setup(resume=False)
-    assert trainer.engine.config.locate_wrong_tokens == (bonus != "null")
-    rows = toy_rows([(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", "go"],
-                                      "discovery_tokens": discovered})
-                     for group, reward, discovered in [(0, 1.0, []), (0, 0.0, []), (1, 0.0, [5]), (1, 0.0, [])]])
-    seen = record_advantages(trainer)
-    metrics = trainer.update(rows, step=0)
+    located, metrics, seen = toy_update(
+        tmp_path, [(group, reward, {"action_tokens": [1, 5], "action_verbs": ["go", "go"], "discovery_tokens": found})
+                   for group, reward, found in [(0, 1.0, []), (0, 0.0, []), (1, 0.0, [5]), (1, 0.0, [])]],
+        f"algo.discovery_bonus={bonus}")
+    assert located == (bonus != "null")
     if bonus == "null":
         assert "adv/discovery_tokens" not in metrics and metrics["update/trajectories"] == 2
         assert metrics["adv/token_abs_mean"] == pytest.approx(8 * WON_ADVANTAGE / 16, rel=1e-4)
