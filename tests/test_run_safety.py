@@ -408,16 +408,28 @@ def test_gigpo_on_an_environment_without_states_is_refused_unless_allowed(tmp_pa
     assert not (tmp_path / "babyai_gigpo").exists()
 
 
-def test_the_discovery_bonus_where_nothing_is_discovered_is_refused_and_in_a_mix_warned(tmp_path):
-    """Search reports no discoveries: the bonus would never be paid, so the run stops before any
-    work; in a mix with BabyAI it is paid on BabyAI's episodes, and the run says so."""
+def test_credit_from_what_no_environment_reports_is_refused_and_in_a_mix_warned(tmp_path):
+    """Search reports no discoveries and names no states: the discovery bonus would never be
+    paid and no turn would count as idle, so the run stops before any work; in a mix with
+    BabyAI each applies on BabyAI's episodes, and the run says so. On AgentGym's servers, whose
+    protocol sends no step info, BabyAI reports neither (refused before any server is asked)."""
     recipe = REPO / "configs" / "babyai_grpo.yaml"
-    config = load_config(RLConfig, recipe, ["env.id=search", "env.kwargs={}", "algo.discovery_bonus=0.5",
-                                            f"run.output_dir={tmp_path}"])
-    with pytest.raises(UserError, match=r"algo.discovery_bonus: search reports nothing discovered .*never be paid"):
-        RLTrainer(config, log=lambda _: None)
-    said: list[str] = []
-    mixed = load_config(RLConfig, recipe, ["env.id=mix", "env.kwargs={members: [{id: babyai}, {id: search}]}",
-                                           "algo.discovery_bonus=0.5", f"run.output_dir={tmp_path}"])
-    RLTrainer(mixed, log=said.append)
-    assert any(line.startswith("warning: algo.discovery_bonus: search reports nothing") for line in said)
+    for setting, what in (("algo.discovery_bonus=0.5", "search reports nothing discovered .*never be paid"),
+                          ("algo.idle_turn_penalty=0.2", "search names no states .*no turn would count as idle")):
+        config = load_config(RLConfig, recipe, ["env.id=search", "env.kwargs={}", setting,
+                                                f"run.output_dir={tmp_path}"])
+        with pytest.raises(UserError, match=rf"{setting.split('=')[0]}: {what}: drop it"):
+            RLTrainer(config, log=lambda _: None)
+        said: list[str] = []
+        mixed = load_config(RLConfig, recipe, ["env.id=mix", "env.kwargs={members: [{id: babyai}, {id: search}]}",
+                                               setting, f"run.output_dir={tmp_path}"])
+        RLTrainer(mixed, log=said.append)
+        assert any(line.startswith(f"warning: {setting.split('=')[0]}: search ") for line in said), said
+        served = load_config(RLConfig, recipe, ["env.kwargs={}", "env.urls=[agentgym+http://127.0.0.1:9]", setting,
+                                                f"run.output_dir={tmp_path}"])
+        with pytest.raises(UserError, match=r"babyai .* on AgentGym's servers, whose protocol sends no step info"):
+            RLTrainer(served, log=lambda _: None)
+    gigpo = load_config(RLConfig, REPO / "configs" / "babyai_gigpo.yaml",
+                        ["env.kwargs={}", "env.urls=[agentgym+http://127.0.0.1:9]", f"run.output_dir={tmp_path}"])
+    with pytest.raises(UserError, match=r"babyai names no states .* AgentGym's servers.* algo.without_state_keys"):
+        RLTrainer(gigpo, log=lambda _: None)

@@ -103,7 +103,7 @@ class AlgorithmSpec:
         "X\" with X reached already) gets min(A, 0) from the token its action begins at, and that token a further -p: "
         "as invalid_turn_penalty does for rejected turns. Asking for information changes no state either (BabyAI's "
         "\"check available actions\"): use it where observations already give what such actions would (the SmolLM2 "
-        "recipes list the actions). Environments that give no state key have no idle turns.",
+        "recipes list the actions). Refused where no environment gives a state key (a mix: warned).",
         ge=0)
     rare_action_bonus: float | None = setting(
         None, "null: off. A number b > 0: an exploration bonus at the action level. The step's accepted actions "
@@ -116,10 +116,11 @@ class AlgorithmSpec:
     discovery_bonus: float | None = setting(
         None, "null: off. A number b > 0: an exploration bonus for what is seen anew. The first token of each "
         "accepted action that showed the agent part of the world it had not seen in the episode (the environment's "
-        "info[\"discovered\"] > 0: BabyAI's unseen cells, on environments whose `EnvSpec` sets `discoveries`) gets "
-        "+b on its advantage (`Trajectory.discovery_tokens`). Where the goal's object is out of view, the actions "
-        "that look for it (turning, going through a door) earn it and naming the unseen object does not "
-        "(docs/RESULTS.md: SmolLM2's refusals on BabyAI).", ge=0)
+        "info[\"discovered\"] > 0: BabyAI's unseen cells, on environments whose `EnvSpec` sets `discoveries`, not on "
+        "AgentGym's own servers; refused where none reports it, a mix warned) gets +b on its advantage "
+        "(`Trajectory.discovery_tokens`). Where the goal's object is out of view, the actions that look for it "
+        "(turning, going through a door) earn it and naming the unseen object does not (docs/RESULTS.md: SmolLM2's "
+        "refusals on BabyAI).", ge=0)
     rare_action_share: float = setting(
         0.05, "The largest share of the step's accepted actions a verb may hold and still earn rare_action_bonus.",
         gt=0, le=1)

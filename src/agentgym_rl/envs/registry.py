@@ -115,11 +115,15 @@ def members(env_id: str, kwargs: dict[str, Any] | None = None) -> list[str]:
         raise UserError(f"bad arguments for environment 'mix': {error}") from None
 
 
-def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str) -> list[str]:
+def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str, urls: list[str] = ()) -> list[str]:
     """The environments `env_id` plays (`members`) whose `EnvSpec` does not set `feature`
-    ("state_keys": they name no states; "discoveries": they report none)."""
+    ("state_keys": they name no states; "discoveries": they report none). Played on AgentGym's
+    own servers (an `env.urls` entry starting `agentgym+`), every one of them lacks both: that
+    protocol answers a step with the observation, reward and end alone."""
     if feature not in ("state_keys", "discoveries"):
         raise ValueError(f"not a feature an EnvSpec declares: {feature!r}")
+    if any(url.startswith(AGENTGYM_SCHEME) for url in urls):
+        return members(env_id, kwargs)
     return [member for member in members(env_id, kwargs) if not getattr(spec(member), feature)]
 
 
