@@ -62,8 +62,8 @@ class AlgoRunConfig:
     without_state_keys: bool = False
     """Let an algorithm whose advantage has a step level that groups turns by their true state
     (gigpo) run on an environment that names no states (`info["state_key"]`; a mix: any member;
-    any environment on AgentGym's own servers, `agentgym+` in `env.urls`): the step level is then 0 and it trains on the episode level alone. False refuses such a run
-    before any work."""
+    any environment on AgentGym's own servers, `agentgym+` in `env.urls`): the step level is
+    then 0 and it trains on the episode level alone. False refuses such a run before any work."""
     dynamic_sampling: NonNegative = 0
     """Refill rounds of DAPO's dynamic sampling (0: off). A group whose rewards all tie has no
     advantage; after the step's groups are played, as many new tasks as there are such groups
