@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", type=Path, help="the run folder (runs/<name>)")
     parser.add_argument("--kinds", type=int, default=4, help="kinds of action shown (the most frequent)")
     parser.add_argument("--against", type=Path, help="a validation file (.jsonl or .jsonl.gz) to pair every "
-                        "validation with, shown first")
+                        "validation with, shown first (RUN/step_N.jsonl when it lies in a run's validation folder)")
     parser.add_argument("--against-solved", metavar="NAME=IDS", help="pair every validation with a run known "
                         "only by its solved items, as RESULTS lists them: NAME=\"babyai_1, 2, 10\"")
     args = parser.parse_args(argv)
@@ -241,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(header, rows), end="\n\n")
         validations = [(path.name, list(read_json_lines(path)))
                        for path in sorted((args.run / "validation").glob("step_*.jsonl"))]
-        if args.against:
-            validations.insert(0, (args.against.name, list(read_json_lines(args.against))))
+        if args.against:  # another run's file may share a name with one of this run's
+            against = args.against.name if args.against.parent.name != "validation" else \
+                f"{args.against.parent.parent.name}/{args.against.name}"
+            validations.insert(0, (against, list(read_json_lines(args.against))))
         if not validations:
             return 0
         categories = sorted({e.get("category", "") for _, eps in validations for e in eps},

@@ -106,6 +106,12 @@ def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys)
     out = capsys.readouterr().out
     assert out.index("| kept_step0.jsonl.gz | 50.0% (1) |") < out.index("| step_000000.jsonl | 100.0% (2) |")
     assert "step_000000.jsonl against kept_step0.jsonl.gz: +50.0 points: 1 items gained, 0 lost" in out
+    other = tmp_path / "other" / "validation" / "step_000000.jsonl"  # another run's file of the same name
+    write_lines(other, [episode("babyai_0", False), episode("babyai_1", False)])
+    assert load_module().main([str(run), "--against", str(other)]) == 0
+    out = capsys.readouterr().out
+    assert "| other/step_000000.jsonl | 0.0% (0) |" in out
+    assert "step_000000.jsonl against other/step_000000.jsonl: +100.0 points: 2 items gained, 0 lost" in out
 
 
 def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart(tmp_path, capsys):
