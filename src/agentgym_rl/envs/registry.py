@@ -122,9 +122,14 @@ def lacking(env_id: str, kwargs: dict[str, Any] | None, feature: str, urls: list
     protocol answers a step with the observation, reward and end alone."""
     if feature not in ("state_keys", "discoveries"):
         raise ValueError(f"not a feature an EnvSpec declares: {feature!r}")
-    if any(url.startswith(AGENTGYM_SCHEME) for url in urls):
+    if on_agentgym_servers(urls):
         return members(env_id, kwargs)
     return [member for member in members(env_id, kwargs) if not getattr(spec(member), feature)]
+
+
+def on_agentgym_servers(urls: list[str]) -> bool:
+    """Whether `env.urls` names one of AgentGym's own servers (`agentgym+http://...`)."""
+    return any(url.startswith(AGENTGYM_SCHEME) for url in urls)
 
 
 def check_installed(env_id: str, kwargs: dict[str, Any] | None = None) -> None:

@@ -387,27 +387,7 @@ class RLTrainer(Trainer):
         if counted:
             raise UserError(f"rollout.summarize trains each summary as a reply of its own, which {counted} would "
                             "count as a turn: drop one of the two")
-        if "state_ids" in advantage_inputs(self.algorithm.advantage)[1]:
-            stateless = self._lacking(config, "state_keys")
-            if stateless:
-                what = f"{stateless[0]}, so {config.algo.name}'s step-level advantage is 0 there"
-                if not config.algo.without_state_keys:
-                    raise UserError(f"{what}: choose another algorithm, or algo.without_state_keys=true to train on "
-                                    "the episode level alone there")
-                self.log(f"warning: {what} and it trains on the episode-level one alone")
-        # Settings paid from what only some environments report: refused where none reports it.
-        for setting, value, feature, effect in (
-                ("algo.idle_turn_penalty", self.algorithm.idle_turn_penalty, "state_keys",
-                 "no turn would count as idle"),
-                ("algo.discovery_bonus", self.algorithm.discovery_bonus, "discoveries",
-                 "the bonus would never be paid")):
-            lacking = None if value is None else self._lacking(config, feature)
-            if lacking is None:
-                continue
-            what, everywhere = lacking
-            if everywhere:
-                raise UserError(f"{setting}: {what}, so {effect}: drop it")
-            self.log(f"warning: {setting}: {what}: it applies on the other environments of the mix only")
+        self._check_env_reports(config)
         self.schedule = HorizonSchedule(config.schedule.kind, tuple(config.schedule.horizons), config.schedule.every)
         self._timed = {"validation": 0.0, "save": 0.0}  # seconds, as last taken (train.time_limit_mode)
         self._task_pools(config)
@@ -1004,6 +984,31 @@ class RLTrainer(Trainer):
             self.kl_control.update(metrics[metric.UPDATE_KL], n_steps=len(rows))
         return metrics
 
+    def _check_env_reports(self, config: RLConfig) -> None:
+        """Refuse (or, where some environments of a mix report it, warn about) credit that needs
+        what the run's environments do not report: state keys, discoveries."""
+        if "state_ids" in advantage_inputs(self.algorithm.advantage)[1]:
+            stateless = self._lacking(config, "state_keys")
+            if stateless:
+                what = f"{stateless[0]}, so {config.algo.name}'s step-level advantage is 0 there"
+                if not config.algo.without_state_keys:
+                    raise UserError(f"{what}: choose another algorithm, or algo.without_state_keys=true to train on "
+                                    "the episode level alone there")
+                self.log(f"warning: {what} and it trains on the episode-level one alone")
+        # Settings paid from what only some environments report: refused where none reports it.
+        for setting, value, feature, effect in (
+                ("algo.idle_turn_penalty", self.algorithm.idle_turn_penalty, "state_keys",
+                 "no turn would count as idle"),
+                ("algo.discovery_bonus", self.algorithm.discovery_bonus, "discoveries",
+                 "the bonus would never be paid")):
+            lacking = None if value is None else self._lacking(config, feature)
+            if lacking is None:
+                continue
+            what, everywhere = lacking
+            if everywhere:
+                raise UserError(f"{setting}: {what}, so {effect}: drop it")
+            self.log(f"warning: {setting}: {what}: it applies on the other environments of the mix only")
+
     @staticmethod
     def _lacking(config: RLConfig, feature: str) -> tuple[str, bool] | None:
         """Which of the run's environments lack `feature` (`registry.lacking`), said as "search
@@ -1014,7 +1019,7 @@ class RLTrainer(Trainer):
         names, one = ", ".join(lacking), len(lacking) == 1
         what = (f"{names} name{'s' if one else ''} no states (info['state_key'])" if feature == "state_keys" else
                 f"{names} report{'s' if one else ''} nothing discovered (info['discovered'])")
-        if any(url.startswith(registry.AGENTGYM_SCHEME) for url in config.env.urls):
+        if registry.on_agentgym_servers(config.env.urls):
             what += " on AgentGym's servers, whose protocol sends no step info"
         return what, len(lacking) == len(registry.members(config.env.id, config.env.kwargs))
 
