@@ -134,3 +134,20 @@ def test_the_slot_generators_slots_are_max_envs_or_what_the_kv_budget_holds(tiny
     policy = model_policy(model, tiny_tokenizer, 1.0, RolloutConfig(generator="slots", max_envs=0, kv_cache_mb=1,
                                                                     max_context=2048))
     assert policy.generator.slots == policy.max_batch == 8
+
+
+def test_stop_strings_end_replies_at_every_token_holding_them(tiny_tokenizer):
+    model = build_model(tiny_tokenizer, SMALL)
+    end = model_policy(model, tiny_tokenizer, 0.0).encoder.end_of_turn_id
+    assert model_policy(model, tiny_tokenizer, 0.0).generator.stop_ids == [end]
+    stops = model_policy(model, tiny_tokenizer, 0.0, RolloutConfig(stop_strings=["\n"])).generator.stop_ids
+    [newline] = tiny_tokenizer.encode("\n", add_special_tokens=False)
+    assert stops[0] == end and newline in stops and len(set(stops)) == len(stops)
+    assert all("\n" in tiny_tokenizer.decode([i]) for i in stops[1:])
+    assert not set(tiny_tokenizer.encode("count", add_special_tokens=False)) & set(stops)
+    with pytest.raises(UserError, match="no token of the tokenizer holds '§'"):
+        model_policy(model, tiny_tokenizer, 0.0, RolloutConfig(stop_strings=["§"]))
+    with pytest.raises(UserError, match="use one of them"):
+        model_policy(model, tiny_tokenizer, 0.0, RolloutConfig(stop_strings=["\n"]), listed_actions_only=True)
+    with pytest.raises(ValueError, match="at least 1 character"):
+        RolloutConfig(stop_strings=[""])

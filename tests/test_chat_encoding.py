@@ -6,6 +6,7 @@ import pytest
 from conftest import CounterEnv, ScriptedGenerator
 
 from agentgym_rl.agent.chat import ChatEncoder
+from agentgym_rl.agent.generator import Generation
 from agentgym_rl.agent.tiny import train_tokenizer
 from agentgym_rl.envs.tasks import Task
 from agentgym_rl.errors import UserError
@@ -396,3 +397,29 @@ def test_a_worked_example_needs_a_training_item_an_expert_and_an_item_that_exist
                            "Thought: I need to go to the grey ball.\nAction: go to grey ball 1"]
     assert len(replies) == 3 and replies[2] == "turn left"  # the expert solved babyai_91 in two turns
     assert messages[0]["content"].startswith("Your goal: go to the grey ball")
+
+
+class NewlineStoppingGenerator(ScriptedGenerator):
+    """Replies that a `rollout.stop_strings` token ended: " count\\n" without the end-of-turn
+    token, `finished` because a stop id ended them."""
+
+    def generate(self, prompts, max_new_tokens, streams=None):
+        replies = super().generate(prompts, max_new_tokens, streams)
+        return [Generation(g.ids[:-1], g.logprobs[:-1], True) for g in replies]
+
+
+def test_a_reply_ended_by_a_stop_string_is_trained_to_its_stop_token_and_closed_untrained():
+    tokenizer = make_tokenizer("qwen2.5")
+    encoder = ChatEncoder(tokenizer)
+    generator = NewlineStoppingGenerator(tokenizer, [" jump\n", " count\n"], encoder.end_of_turn_id)
+    engine = RolloutEngine(CounterEnv, RolloutConfig(max_new_tokens=32, reply_prefix="Action:", stop_strings=["\n"]))
+    [trajectory] = engine.run([Task("counter", 0, "c")], ModelPolicy(generator, encoder), max_turns=10)
+    assert [m["content"] for m in trajectory.messages if m["role"] == "assistant"] == ["Action: jump\n",
+                                                                                        "Action: count\n"]
+    assert trajectory.success and trajectory.invalid_turns == [0]
+    ids, _ = encoder.encode_conversation(trajectory.messages)
+    assert trajectory.input_ids == ids  # each turn closed with the end-of-turn token, as the template does
+    closings = [i for i, t in enumerate(trajectory.input_ids) if t == encoder.end_of_turn_id
+                and i > 0 and tokenizer.decode([trajectory.input_ids[i - 1]]).endswith("\n")
+                and trajectory.loss_mask[i - 1] == 1]
+    assert len(closings) == 2 and all(trajectory.loss_mask[i] == 0 for i in closings)

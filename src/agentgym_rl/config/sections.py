@@ -362,6 +362,13 @@ class RolloutConfig:
     zero-shot then only has to name an action. A run's evaluation uses its run's prefix
     (`eval --run`); not with `listed_actions_only` or `locate_wrong_tokens`. Quote it where
     YAML would read a colon as a mapping: `'rollout.reply_prefix="Action:"'`."""
+    stop_strings: list[Annotated[str, Field(min_length=1)]] = field(default_factory=list)
+    """A model policy's reply also ends at the first token whose text holds one of these (e.g.
+    `["\\n"]`: after the action line, where a small model would go on to make up the next
+    observation). That token is kept and trained; the turn is then closed with the chat
+    template's end-of-turn token, untrained, as when the token limit cuts a reply. Summaries
+    (`summarize`) end there too. Matched within a token, not across tokens; not with
+    `listed_actions_only`. Empty: only the end-of-turn token ends a reply."""
     example: str | list[str] = ""
     """A training item (e.g. "babyai_91"), or a list of them, whose expert episodes open every
     conversation as worked examples: each item's observations and the expert's ReAct replies,

@@ -84,7 +84,7 @@ def samples_in_process(rollout: RolloutConfig) -> bool:
 def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: RolloutConfig | None = None,
                  listed_actions_only: bool = False, vllm_engine: Any = None) -> ModelPolicy:
     """`model` (loaded, on its device) as a rollout policy sampling at `temperature` (0: greedy)
-    and stopping at its chat template's end-of-turn token.
+    and stopping at its chat template's end-of-turn token (and `rollout.stop_strings`).
 
     Args:
         rollout: the KV-cache reuse and CPU threads of the in-process generator (defaults:
@@ -94,21 +94,46 @@ def model_policy(model: Any, tokenizer: Any, temperature: float, rollout: Rollou
     """
     rollout = rollout or RolloutConfig()
     encoder = ChatEncoder(tokenizer)
+    if listed_actions_only and rollout.stop_strings:
+        raise UserError("rollout.stop_strings and listed_actions_only both end the replies; use one of them")
+    stops = reply_stop_ids(encoder, rollout.stop_strings)
     if vllm_engine is not None:
         from ..agent.vllm_generator import VLLMGenerator
 
-        generator = VLLMGenerator(vllm_engine, [encoder.end_of_turn_id], temperature)
+        generator = VLLMGenerator(vllm_engine, stops, temperature)
     elif rollout.generator == "slots":
         from ..agent.slot_generator import SlotGenerator
 
-        generator = SlotGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
+        generator = SlotGenerator(model, tokenizer.pad_token_id, stops, temperature,
                                   slots=slot_count(model, rollout), max_len=rollout.max_context)
     else:
         from ..agent.generator import HFGenerator
 
-        generator = HFGenerator(model, tokenizer.pad_token_id, [encoder.end_of_turn_id], temperature,
+        generator = HFGenerator(model, tokenizer.pad_token_id, stops, temperature,
                                 reuse_cache=rollout.reuse_kv_cache, threads=rollout.threads)
     return ModelPolicy(generator, encoder, listed_actions_only)
+
+
+def reply_stop_ids(encoder: ChatEncoder, stop_strings: list[str]) -> list[int]:
+    """The token ids that end a reply: the end-of-turn token first, then every other token of
+    the vocabulary whose text holds one of `stop_strings` (special tokens aside).
+
+    Raises:
+        UserError: a stop string no token holds (it could never end a reply).
+    """
+    if not stop_strings:
+        return [encoder.end_of_turn_id]
+    tokenizer = encoder.tokenizer
+    special = set(tokenizer.all_special_ids)
+    ids = [i for i in range(len(tokenizer)) if i not in special]
+    texts = tokenizer.batch_decode([[i] for i in ids])
+    stops = dict.fromkeys([encoder.end_of_turn_id])
+    for stop in stop_strings:
+        holding = [i for i, text in zip(ids, texts) if stop in text]
+        if not holding:
+            raise UserError(f"rollout.stop_strings: no token of the tokenizer holds {stop!r}")
+        stops.update(dict.fromkeys(holding))
+    return list(stops)
 
 
 MOST_SLOTS = 128
@@ -167,7 +192,7 @@ def _served_policy(folder: str | Path, rollout: RolloutConfig, temperature: floa
 
     encoder = ChatEncoder(load_tokenizer(folder))
     base_url = rollout.generator_url
-    generator = OpenAIGenerator(base_url, "", [encoder.end_of_turn_id], temperature, rollout.generator_timeout,
+    generator = OpenAIGenerator(base_url, "", reply_stop_ids(encoder, rollout.stop_strings), temperature, rollout.generator_timeout,
                                 rollout.generator_retries, max_concurrency=rollout.generator_concurrency,
                                 api_key=os.environ.get("OPENAI_API_KEY"))
     try:  # the served model's name, and a check before any work that the server answers

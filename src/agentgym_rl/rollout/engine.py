@@ -281,6 +281,8 @@ class RolloutEngine:
         if self.config.keep_turns:
             signature["context"] = [self.config.keep_turns, self.config.window_turns, self.config.summarize,
                                     self.config.summary_tokens, self.config.summary_prompt]
+        if self.config.stop_strings:
+            signature["stop_strings"] = list(self.config.stop_strings)
         return signature
 
     def _continuous(self, policy: Policy, fork: int, journal: Journal | None,
@@ -574,11 +576,10 @@ class RolloutEngine:
             self._extend(episode, prefix, [0] * len(prefix), [0.0] * len(prefix))
             reply.text = self.config.reply_prefix + reply.text
         ids, mask, logprobs = list(reply.ids), [1] * len(reply.ids), list(reply.logprobs)
-        if not reply.finished:
-            # Close the turn so the conversation stays well-formed; not trained on.
-            ids.append(policy.encoder.end_of_turn_id)
-            mask.append(0)
-            logprobs.append(0.0)
+        closing = _closing(reply, policy)  # the conversation stays well-formed; not trained on
+        ids += closing
+        mask += [0] * len(closing)
+        logprobs += [0.0] * len(closing)
         episode.reply_start, episode.reply_ids = len(episode.record.input_ids), list(reply.ids)
         self._extend(episode, ids, mask, logprobs)
 
@@ -708,7 +709,7 @@ class RolloutEngine:
                 continue
             turns_end = len(episode.ids)
             if policy.encoder is not None:
-                ids = list(summary.ids) + ([] if summary.finished else [policy.encoder.end_of_turn_id])
+                ids = list(summary.ids) + _closing(summary, policy)
                 self._extend(episode, delta, [0] * len(delta), [0.0] * len(delta))
                 self._extend(episode, ids, [1] * len(summary.ids) + [0] * (len(ids) - len(summary.ids)),
                              list(summary.logprobs) + [0.0] * (len(ids) - len(summary.ids)))
@@ -803,6 +804,13 @@ def _test_tasks(env_id: str) -> list[Task]:
         return registry.tasks(env_id, "test")
     except UserError:
         return []
+
+
+def _closing(reply: Reply, policy: Policy) -> list[int]:
+    """The end-of-turn token a token policy's reply needs after it: none when the reply ended
+    with it, one when the token limit cut the reply or a `rollout.stop_strings` token ended it."""
+    end = policy.encoder.end_of_turn_id
+    return [] if reply.finished and reply.ids[-1:] == [end] else [end]
 
 
 def _temperature(policy: Policy) -> float | None:

@@ -258,9 +258,13 @@ class Playground:
         from ..rollout.backends import load_model, model_policy
 
         # Sessions take turns on one model: a KV cache kept from one session's turn is no
-        # other session's prefix.
-        played = (model_policy(*load_model(folder), 0.0, RolloutConfig(reuse_kv_cache=False)),
-                  int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")),
+        # other session's prefix. Replies end where the run's ended (its stop strings).
+        try:
+            settings = RolloutConfig(reuse_kv_cache=False, stop_strings=list(rollout.get("stop_strings") or []))
+            policy = model_policy(*load_model(folder), 0.0, settings)
+        except (UserError, ValueError) as error:
+            raise PlaygroundError(f"run {run_dir.name!r}: {error}") from None
+        played = (policy, int(rollout.get("max_new_tokens", 48)), bool(rollout.get("system_prompt")),
                   str(rollout.get("reply_prefix") or ""))
         with self._lock:
             self._models[run_dir] = played
