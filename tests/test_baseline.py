@@ -102,3 +102,13 @@ def test_a_settings_file_that_is_no_mapping_of_sections_is_refused_by_name(tmp_p
     settings_path(kept).write_text("{not json")
     with pytest.raises(UserError, match=r"cannot read .*x_step0\.settings\.json"):
         donor_settings(kept)
+
+
+def test_a_donor_from_before_stop_strings_was_played_without_them():
+    recipe = to_dict(load_config(RLConfig, Path(__file__).resolve().parent.parent / "configs" / "smollm2_babyai_grpo.yaml"))
+    older = {section: dict(values) for section, values in recipe.items() if isinstance(values, dict)}
+    del older["rollout"]["stop_strings"]
+    assert donor_differences(older, recipe) == []
+    stopping = {**recipe, "rollout": {**recipe["rollout"], "stop_strings": ["\n"]}}
+    assert donor_differences(older, stopping) == ["rollout.stop_strings ([] -> ['\\n'])"]
+    assert donor_differences(recipe, stopping) == ["rollout.stop_strings ([] -> ['\\n'])"]

@@ -26,9 +26,15 @@ from ..rollout.trajectory import Trajectory
 from ..runs import CONFIG, played_settings
 
 PLAYING_KEYS = (("env", "id"), ("env", "eval_split"), ("env", "kwargs"), ("eval", "max_turns"),
-                ("rollout", "max_context"), ("rollout", "max_new_tokens"))
+                ("rollout", "max_context"), ("rollout", "max_new_tokens"), ("rollout", "stop_strings"))
 """Settings that change how a validation's episodes go on after their first turn, which the
 replay of the first turn cannot check."""
+
+LATER_KEYS = {("rollout", "stop_strings"): []}
+"""`PLAYING_KEYS` that came after some run folders and settings files were written, with the
+value those were played with (the setting's default: it did not exist yet)."""
+
+_UNKNOWN = object()  # a key an older donor lacks, not one of LATER_KEYS: not compared
 
 
 def settings_path(path: str | Path) -> Path:
@@ -46,7 +52,7 @@ def played_with(played: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     made the environment's: what `write_settings` keeps and `donor_differences` compares."""
     kept: dict[str, dict[str, Any]] = {}
     for section, key in PLAYING_KEYS:
-        value = played[section][key]
+        value = played[section][key] if key in played[section] else LATER_KEYS[(section, key)]
         if (section, key) == ("eval", "max_turns"):
             value = value or _default_turns(played["env"]["id"])
         kept.setdefault(section, {})[key] = value
@@ -84,13 +90,14 @@ def donor_settings(path: str | Path) -> dict[str, Any] | None:
 def donor_differences(donor: Mapping[str, Any], played: Mapping[str, Any]) -> list[str]:
     """The `PLAYING_KEYS` of `donor` (`donor_settings` of a validation file) that differ from
     `played` (this run's config as plain data), as "eval.max_turns (10 -> 20)"; an unset
-    `eval.max_turns` is the environment's. Keys an older run's config lacks are not compared."""
+    `eval.max_turns` is the environment's. Keys an older run's config lacks are not compared,
+    but for `LATER_KEYS`, which it was played with at their defaults."""
     ours = played_with(played)
     differences = []
     for section, key in PLAYING_KEYS:
-        if key not in donor.get(section, {}):
+        theirs = donor.get(section, {}).get(key, LATER_KEYS.get((section, key), _UNKNOWN))
+        if theirs is _UNKNOWN:
             continue
-        theirs = donor[section][key]
         if (section, key) == ("eval", "max_turns"):
             theirs = theirs or _default_turns(donor.get("env", {}).get("id"))
         if theirs != ours[section][key]:
