@@ -174,6 +174,17 @@ def test_the_config_command_prints_every_key_under_its_description(path):
             assert lines[number - 1].lstrip().startswith("#"), f"no description above {line!r}"
 
 
+def test_a_printed_string_with_a_line_break_stays_on_its_line_and_loads_back():
+    import yaml
+
+    from agentgym_rl.config.describe import described_yaml
+
+    config = load_config(RLConfig, REPO / "configs" / "smollm2_babyai_grpo.yaml", ['rollout.stop_strings=["\\n"]'])
+    text = described_yaml(config)
+    assert '  stop_strings: ["\\n"]' in text.splitlines()
+    assert yaml.safe_load(text) == to_dict(config)
+
+
 def test_the_config_command_lists_every_key_with_type_default_and_description():
     from test_cli import run
 
