@@ -364,6 +364,19 @@ class HFGenerator:
                 self._thread_passes.update(timer.ran)
             torch.set_num_threads(outer_threads)
         self.model.train(was_training)
+        generations, new_mask = self._read_generations(out, width, recorder)
+        batch = None
+        if self.reuse_cache and _continuable(out.past_key_values):
+            batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
+                           [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
+        return generations, batch
+
+    def _read_generations(self, out: Any, width: int, recorder: Any) -> tuple[list[Generation], Any]:
+        """Each row's generation from `generate`'s output (prompts `width` columns wide), cut
+        after its first stop id, with the chosen tokens' logprobs from `recorder` (None: from
+        the kept scores); and the (B, new columns) mask of the tokens kept."""
+        import torch
+
         new_ids = out.sequences[:, width:]
         if recorder is not None:
             token_logprobs = torch.stack(recorder.logprobs, dim=1)
@@ -373,18 +386,13 @@ class HFGenerator:
         stop = set(self.stop_ids)
         generations = []
         new_mask = torch.zeros_like(new_ids)
-        for row in range(len(prompts)):
-            ids = new_ids[row].tolist()
+        for row, ids in enumerate(new_ids.tolist()):
             end = next((k + 1 for k, t in enumerate(ids) if t in stop), None)
             finished = end is not None
             end = end if finished else len(ids)
             new_mask[row, :end] = 1
             generations.append(Generation(ids[:end], token_logprobs[row, :end].tolist(), finished))
-        batch = None
-        if self.reuse_cache and _continuable(out.past_key_values):
-            batch = _Batch(out.sequences, torch.cat([attention, new_mask], dim=1),
-                           [prompt + gen.ids for prompt, gen in zip(prompts, generations)], out.past_key_values)
-        return generations, batch
+        return generations, new_mask
 
     def _prefill_repeats(self, input_ids: Any, attention: Any, cache: Any) -> int:
         """Prefill each distinct prompt of a fresh batch once, when some repeat (a GRPO group's
