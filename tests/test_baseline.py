@@ -105,7 +105,8 @@ def test_a_settings_file_that_is_no_mapping_of_sections_is_refused_by_name(tmp_p
 
 
 def test_a_donor_from_before_stop_strings_was_played_without_them():
-    recipe = to_dict(load_config(RLConfig, Path(__file__).resolve().parent.parent / "configs" / "smollm2_babyai_grpo.yaml"))
+    root = Path(__file__).resolve().parent.parent
+    recipe = to_dict(load_config(RLConfig, root / "configs" / "smollm2_babyai_grpo.yaml"))
     older = {section: dict(values) for section, values in recipe.items() if isinstance(values, dict)}
     del older["rollout"]["stop_strings"]
     assert donor_differences(older, recipe) == []

@@ -192,9 +192,9 @@ def _served_policy(folder: str | Path, rollout: RolloutConfig, temperature: floa
 
     encoder = ChatEncoder(load_tokenizer(folder))
     base_url = rollout.generator_url
-    generator = OpenAIGenerator(base_url, "", reply_stop_ids(encoder, rollout.stop_strings), temperature, rollout.generator_timeout,
-                                rollout.generator_retries, max_concurrency=rollout.generator_concurrency,
-                                api_key=os.environ.get("OPENAI_API_KEY"))
+    stops = reply_stop_ids(encoder, rollout.stop_strings)
+    generator = OpenAIGenerator(base_url, "", stops, temperature, rollout.generator_timeout, rollout.generator_retries,
+                                max_concurrency=rollout.generator_concurrency, api_key=os.environ.get("OPENAI_API_KEY"))
     try:  # the served model's name, and a check before any work that the server answers
         names = generator.client.models()
     except GeneratorError as error:
