@@ -237,3 +237,13 @@ def test_every_name_the_config_package_exports_resolves():
         getattr(package, name)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         package.Nope
+
+
+def test_a_runs_config_file_keeps_a_line_break_on_its_keys_line(tmp_path):
+    from agentgym_rl.runs import CONFIG, write_config
+
+    config = load_config(RLConfig, REPO / "configs" / "smollm2_babyai_grpo.yaml", ['rollout.stop_strings=["\\n"]'])
+    write_config(tmp_path, config)
+    text = (tmp_path / CONFIG).read_text()
+    assert '  - "\\n"' in text.splitlines()
+    assert load_config(RLConfig, tmp_path / CONFIG) == config

@@ -31,10 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import yaml
-
 from .agent.loading import model_damage
-from .config import PLAYED_SECTIONS, load_yaml, to_dict
+from .config import PLAYED_SECTIONS, dump_yaml, load_yaml, to_dict
 from .errors import DISK_ERRORS, UserError
 from .jsonlines import read_json_lines, warn_on_stderr
 from .trackers import open_trackers, scalars
@@ -155,7 +153,7 @@ def write_config(run_dir: str | Path, config: Any) -> None:
     run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+        (run_dir / CONFIG).write_text(dump_yaml(to_dict(config)))
     except OSError as error:
         raise UserError(f"cannot write the run folder {str(run_dir)!r}: {error.strerror or error}") from None
     free = shutil.disk_usage(run_dir).free

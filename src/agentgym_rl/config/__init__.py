@@ -15,7 +15,7 @@ _EXPORTS = {
     "evaluation": ("PLAYED_SECTIONS", "PlayConfig"),
     "imitation": ("DPOConfig", "DPODataConfig", "DPOLossConfig", "PairConfig", "RFTConfig", "RFTRoundConfig",
                   "SFTConfig", "SFTDataConfig"),
-    "loader": ("apply_override", "from_dict", "load_config", "load_yaml", "set_key", "to_dict"),
+    "loader": ("apply_override", "dump_yaml", "from_dict", "load_config", "load_yaml", "set_key", "to_dict"),
     "rl": ("AlgoConfig", "CurriculumConfig", "RLConfig", "ScheduleConfig", "TrainLoopConfig"),
     "sections": ("DEFAULT_DEVICE", "EnvConfig", "EvalConfig", "FinetuneConfig", "ModelConfig", "OptimConfig",
                  "RolloutConfig",

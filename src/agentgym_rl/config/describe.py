@@ -9,10 +9,8 @@ import typing
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-
 from ..errors import UserError
-from .loader import load_config, load_yaml
+from .loader import dump_yaml, load_config, load_yaml
 
 WIDTH = 100
 
@@ -90,22 +88,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _OneLineDumper(yaml.SafeDumper):
-    """Writes a string holding a line break double-quoted with "\\n", on one line (plain YAML
-    would break the line: `stop_strings: ['` and `']` on the next)."""
-
-
-def _one_line_string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = '"' if any(c in text for c in "\n\r") else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
-
-
-_OneLineDumper.add_representer(str, _one_line_string)
-
-
 def _flow(value: Any) -> str:
     """`value` as one line of YAML (a scalar, or a list or mapping in flow style)."""
-    text = yaml.dump(_plain(value), Dumper=_OneLineDumper, default_flow_style=True, sort_keys=False, width=10**6)
+    text = dump_yaml(_plain(value), default_flow_style=True, width=10**6)
     return text.removesuffix("\n").removesuffix("\n...").strip()
 
 

@@ -125,6 +125,25 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+class _LegibleDumper(yaml.SafeDumper):
+    """Writes a string holding a line break double-quoted, "\\n" and all, on its key's line
+    (plain YAML would fold it over the lines below: `- '` and `'` around an empty one)."""
+
+
+def _legible_string(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = '"' if any(c in text for c in "\n\r") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_LegibleDumper.add_representer(str, _legible_string)
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """`data` as YAML, keys in their order, that `load_yaml` reads back to the same values (a
+    run's `config.yaml`, `agentgym-rl config`); `options` go to `yaml.dump`."""
+    return yaml.dump(data, Dumper=_LegibleDumper, sort_keys=False, **options)
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     source = Path(path)
     if source.is_dir():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import to_dict
+from ..config import dump_yaml, to_dict
 from ..config.evaluation import SYSTEM_TURN_LIMITS, SuiteConfig
 from ..envs import registry
 from ..envs.tasks import choose_items
@@ -285,4 +285,4 @@ def _claim(out: Path, settings: dict) -> None:
                             "or delete the folder")
         return
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(json.loads(json.dumps(settings)), sort_keys=False))
+    path.write_text(dump_yaml(json.loads(json.dumps(settings))))
