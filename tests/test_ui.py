@@ -232,6 +232,21 @@ def test_the_runs_model_replies_from_the_runs_reply_prefix(runs_dir, tmp_path):
     assert acted.json()["messages"][1]["content"].startswith("Action:")
 
 
+def test_the_runs_model_replies_end_at_the_runs_stop_strings(runs_dir, tmp_path):
+    """The playground builds the run's model with its `rollout.stop_strings`: one that no token
+    holds is refused by name, not played without."""
+    copied = tmp_path / "runs"
+    shutil.copytree(runs_dir / "run", copied / "stopping", symlinks=True)
+    config = load_yaml(copied / "stopping" / "config.yaml")
+    config["rollout"]["stop_strings"] = ["§"]
+    (copied / "stopping" / "config.yaml").write_text(yaml.safe_dump(config))
+    with TestClient(create_app(copied, allowed_hosts=["testserver"])) as stopping:
+        session = stopping.post("/api/play", json={"env_id": "babyai", "item_id": "babyai_3"}).json()["session"]
+        acted = stopping.post(f"/api/play/{session}/model", json={"run": "stopping"})
+    assert acted.status_code == 422, acted.text
+    assert "no token of the tokenizer holds '§'" in acted.text
+
+
 def test_the_playground_opens_on_an_environment_that_runs_as_installed(client):
     """The page selects the first listed environment: it must list its items; AppWorld, which
     needs the user's server and data, comes after every environment that does not."""

@@ -810,7 +810,7 @@ def _closing(reply: Reply, policy: Policy) -> list[int]:
     """The end-of-turn token a token policy's reply needs after it: none when the reply ended
     with it, one when the token limit cut the reply or a `rollout.stop_strings` token ended it."""
     end = policy.encoder.end_of_turn_id
-    return [] if reply.finished and reply.ids[-1:] == [end] else [end]
+    return [] if reply.ids[-1:] == [end] else [end]
 
 
 def _temperature(policy: Policy) -> float | None:
