@@ -28,7 +28,7 @@ TINY_RUN = [
     "model.tiny.vocab_size=320", "warmup.episodes=0", "algo.tasks_per_step=2", "algo.group_size=2",
     "algo.minibatch_size=4", "optim.micro_batch_size=4", "rollout.max_new_tokens=8", "rollout.max_envs=2",
     "schedule.horizons=[2]", "train.steps=1", "train.save_every=1",
-    # validate_every > steps: validation runs at step 0 only.
+    # validate_every > steps: validation runs at step 0 and after the last step.
     "train.validate_every=2", "eval.episodes=2", "eval.max_turns=2",
 ]
 
@@ -53,7 +53,7 @@ def test_collect_train_eval(tmp_path, capsys, monkeypatch, env_id):
     assert code == 0, err[-3000:]
     run_dir = tmp_path / "run"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], "val/success" in r) for r in rows] == [(0, True), (1, False)]
+    assert [(r["step"], "val/success" in r) for r in rows] == [(0, True), (1, False), (1, True)]
     step = rows[1]
     # The engine records an env exception as an episode error, so a broken env shows here.
     assert step["train/errors"] == 0 and 1 <= step["train/turns"] <= 2
@@ -85,7 +85,8 @@ def test_a_strong_recipe_runs_end_to_end_on_a_tiny_budget(tmp_path, capsys, monk
     assert code == 0, err[-3000:]
     assert "warm-up: " in out and "expert demonstrations" in out
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "train/success" in r] == [1] and rows[-1]["train/errors"] == 0
+    train_rows = [r for r in rows if "train/success" in r]
+    assert [r["step"] for r in train_rows] == [1] and train_rows[0]["train/errors"] == 0
 
 
 def test_a_run_starts_from_another_runs_warm_up(tmp_path, capsys, monkeypatch):

@@ -128,8 +128,7 @@ def test_a_validation_killed_midway_goes_on_from_its_journal_on_resume(tmp_path)
     assert (run_dir / "inflight" / "validation_000001.journal").is_file()
     assert not (run_dir / "validation" / "step_000001.jsonl").exists()
 
-    # Not due at step 1 on these settings, as a run's last validation after train.time_limit_min
-    # is not: the journal says it began.
+    # Due anyway (the last step validates); `validation_missing` below checks a journal alone.
     lines = _train(tmp_path, "killed", resume=True, extra=(*VALIDATING, "train.validate_every=100"))
     assert "step 1: its validation did not finish before the run stopped; going on from its journal" in lines
     assert "step 1: the validation went on from its journal (0 finished episodes kept, 4 unfinished ones " \
@@ -143,6 +142,26 @@ def test_a_validation_killed_midway_goes_on_from_its_journal_on_resume(tmp_path)
     assert [r["val/success"] for r in rows if "val/success" in r] == [r["val/success"] for r in whole
                                                                         if "val/success" in r]
     assert not list((run_dir / "inflight").glob("*.journal"))  # the metrics hold the validation now
+
+
+def test_a_step_is_due_a_validation_every_k_steps_after_the_last_and_where_its_journal_is(tmp_path):
+    from agentgym_rl.config import RLConfig, load_config
+    from agentgym_rl.train.rl import validation_journal, validation_missing
+
+    config = load_config(RLConfig, REPO / "configs" / "babyai_grpo.yaml",
+                         _overrides(tmp_path, "due", ("train.steps=7", "train.validate_every=3")))
+    run_dir = tmp_path / "due"
+    run_dir.mkdir()
+    assert [step for step in range(9) if validation_missing(run_dir, config, step)] == [3, 6, 7]
+    # A validation begun and cut short (a run stopped by train.time_limit_min after step 4) is owed.
+    validation_journal(run_dir, 4).parent.mkdir()
+    validation_journal(run_dir, 4).write_text("")
+    assert [step for step in range(9) if validation_missing(run_dir, config, step)] == [3, 4, 6, 7]
+    (run_dir / "metrics.jsonl").write_text('{"step": 3, "val/success": 0.5}\n{"step": 4, "val/success": 0.5}\n')
+    assert [step for step in range(9) if validation_missing(run_dir, config, step)] == [6, 7]
+    config.train.validate_every = 0  # validation off: nothing is due but what a journal began
+    validation_journal(run_dir, 4).unlink()
+    assert [step for step in range(9) if validation_missing(run_dir, config, step)] == []
 
 
 def test_a_journal_needs_checkpoints_to_resume_from(tmp_path):

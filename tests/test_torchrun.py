@@ -42,14 +42,17 @@ def test_two_processes_write_the_run_once_and_it_resumes_across_process_counts_a
     def rows() -> list[dict]:
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
+    def steps() -> list[dict]:  # the rows of training steps (each invocation validates after its last too)
+        return [row for row in rows() if "train/success" in row]
+
     # 2 ranks, the learner sharded by FSDP2.
     result = torchrun(*run, "run.parallel=fsdp", "train.steps=1")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert [row["step"] for row in rows()] == [0, 1]  # one line per step: only rank 0 logs
+    assert [row["step"] for row in rows()] == [0, 1, 1]  # one line per step and validation: only rank 0 logs
     assert result.stdout.count("run folder:") == 1
     # Both ranks' episodes reach the update: 2 tasks x 2 samples, one task played on each rank.
     assert all(row["train/errors"] == 0 and row["update/trajectories"] == 4 and row["update/grad_norm"] > 0
-               for row in rows()[1:])
+               for row in steps())
     assert len((run_dir / "trajectories" / "step_000001.jsonl").read_text().splitlines()) == 4
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step_000000", "step_000001"]
     # The checkpoint holds whole tensors, gathered from the shards.
@@ -60,13 +63,14 @@ def test_two_processes_write_the_run_once_and_it_resumes_across_process_counts_a
     resumed = in_process("train", str(REPO / "configs" / "babyai_grpo.yaml"), *run, "run.parallel=fsdp",
                          "train.steps=2", "--resume", cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resumed from" in resumed.stdout and [row["step"] for row in rows()] == [0, 1, 2]
+    assert "resumed from" in resumed.stdout and [row["step"] for row in steps()] == [1, 2]
 
     # And 2 replicated (DDP) ranks continue the 1-process run: its optimizer state is split anew.
     again = torchrun(*run, "run.parallel=ddp", "train.steps=3", "--resume")
     assert again.returncode == 0, again.stderr[-3000:]
     assert "resumed from" in again.stdout and again.stdout.count("run folder:") == 1
-    assert [row["step"] for row in rows()] == [0, 1, 2, 3] and rows()[-1]["update/grad_norm"] > 0
+    assert [row["step"] for row in steps()] == [1, 2, 3] and steps()[-1]["update/grad_norm"] > 0
+    assert [row["step"] for row in rows() if "val/success" in row] == [0, 1, 2, 3]
 
 
 def test_a_rank_ends_with_its_exit_handlers_run_and_output_flushed():

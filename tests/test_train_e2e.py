@@ -947,7 +947,7 @@ def test_a_mix_of_babyai_and_textcraft_trains_resumes_and_reports_each_environme
         played = load_trajectories(run_dir / "trajectories" / f"step_{step:06d}.jsonl")
         assert sorted({t.env_id for t in played}) == ["babyai", "textcraft"] and len(played) == 6
     validations = [r for r in rows if "val/success" in r]
-    assert [r["step"] for r in validations] == [0, 2]
+    assert [r["step"] for r in validations] == [0, 2, 3]  # every 2 steps, and after the last
     assert all({"val/env/babyai/success", "val/env/textcraft/success"} <= set(r) for r in validations)
     # Resuming with another mix is refused: its checkpoints learnt these environments.
     result = run("train", str(REPO / "configs" / "mix_grpo.yaml"), *TINY, f"run.output_dir={tmp_path}", "run.name=mix",

@@ -192,8 +192,8 @@ class TrainLoopConfig:
     steps: Positive = 300
     """RL steps (each plays `algo.tasks_per_step` x `algo.group_size` episodes and updates)."""
     validate_every: NonNegative = 50
-    """Evaluate on held-out items (the `eval` section) every k steps, and before the first
-    (0 disables)."""
+    """Evaluate on held-out items (the `eval` section) every k steps, before the first and
+    after the last (0 disables)."""
     save_every: NonNegative = 100
     """Write a checkpoint every k steps, and after the last. 0 writes none: a quick run of a
     real model then leaves no 1.5 GB checkpoint (SmolLM2's weights and AdamW state), and can be

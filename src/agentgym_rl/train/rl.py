@@ -100,13 +100,23 @@ def validation_journal(run_dir: Path, step: int) -> Path:
     return run_dir / "inflight" / f"validation_{step:06d}.journal"
 
 
-def validation_missing(run_dir: Path, config: RLConfig, step: int) -> bool:
-    """Whether step `step` (> 0) of the run is due a validation (`train.validate_every`) that
-    its metrics do not hold, or began one that did not finish (its journal is there: e.g. the
-    last validation of a run stopped by `train.time_limit_min`)."""
+def validation_on(config: RLConfig) -> bool:
+    """Whether the run validates at all (`train.validate_every` and `eval.episodes` both set)."""
+    return bool(config.train.validate_every and config.eval.episodes)
+
+
+def validation_due(config: RLConfig, step: int) -> bool:
+    """Whether step `step` (> 0) ends with a validation: every `train.validate_every` steps and
+    after the last (`train.steps`), so that every run ends measured."""
     every = config.train.validate_every
-    due = bool(every and config.eval.episodes and step % every == 0)
-    return bool(step and (due or validation_journal(run_dir, step).is_file())
+    return validation_on(config) and (step % every == 0 or step == config.train.steps)
+
+
+def validation_missing(run_dir: Path, config: RLConfig, step: int) -> bool:
+    """Whether step `step` (> 0) of the run is due a validation (`validation_due`) that its
+    metrics do not hold, or began one that did not finish (its journal is there: e.g. the last
+    validation of a run stopped by `train.time_limit_min`)."""
+    return bool(step and (validation_due(config, step) or validation_journal(run_dir, step).is_file())
                 and step not in validated_steps(run_dir))
 
 
@@ -565,9 +575,8 @@ class RLTrainer(Trainer):
         if train.time_limit_mode == "after":
             stop = elapsed >= limit
         else:
-            validates = bool(train.validate_every and self.config.eval.episodes)
             stop = ends_past_limit(elapsed, limit, step_s, self.schedule.horizon(step - 1), self.schedule.horizon(step),
-                                   self._timed["validation"] if validates else 0.0,
+                                   self._timed["validation"] if validation_on(self.config) else 0.0,
                                    self._timed["save"] if train.save_every else 0.0)
         return bool(distributed.broadcast(stop))
 
@@ -658,7 +667,7 @@ class RLTrainer(Trainer):
         cfg = self.config
         if self.rank > 0:  # rank 0 validates
             return []
-        first = start == 0 and cfg.train.validate_every and cfg.eval.episodes
+        first = start == 0 and validation_on(cfg)
         if cfg.train.baseline and not first:
             why = ("the run resumes after step 0" if start
                    else "step 0 does not validate (train.validate_every or eval.episodes is 0)")
@@ -754,7 +763,7 @@ class RLTrainer(Trainer):
             if train.keep_checkpoints:
                 for folder in prune_checkpoints(self.run_dir, train.keep_checkpoints):
                     self.log(f"deleted checkpoint {folder.name} (train.keep_checkpoints={train.keep_checkpoints})")
-        if train.validate_every and self.config.eval.episodes and (step % train.validate_every == 0 or out_of_time):
+        if validation_due(self.config, step) or (out_of_time and validation_on(self.config)):
             run.validations.append(self.validate(step))
 
     def _say_stopped(self, step: int, saved: bool, fit_began: float) -> None:
