@@ -18,7 +18,9 @@ the items each validation solved among them. A second table sorts each validatio
 actions by the reason the environment gave; "there is no X in view" is split by whether X is an
 object the goal describes (the policy named the goal's object where it could not see it), and by
 whether an earlier observation of the episode gave that name (the object has left the view since:
-names hold for one observation).
+names hold for one observation). A third table sorts each validation's failed episodes by how
+they end: repeating one action, refused (listed or not) or accepted (changing nothing or not), or
+not repeating one.
 
     python bench/babyai_headroom.py [--split test] [--episodes N] [VALIDATION.jsonl[.gz] ...]
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
 import sys
 from pathlib import Path
@@ -44,6 +47,11 @@ TURNS = ("turn left", "turn right")
 REFUSED = re.compile(r"^You cannot do that: (.*?)\. (?=Your goal)")
 OBJECT_NAME = re.compile(r"\b(?:red|green|blue|purple|yellow|grey) (?:door|key|ball|box)(?: \d+)?")
 OUT_OF_VIEW = "there is no X in view"
+LISTED = re.compile(r"^Available actions: (\[.*\])$", re.MULTILINE)
+REPEATS = 3  # a failed episode "ends repeating" an action its last 3 replies all name
+ENDINGS = ("repeats a refused action the observation listed", "repeats a refused action not listed",
+           "repeats an accepted action that changed nothing", "repeats an accepted action that changed the state",
+           "does not end repeating one action")
 
 
 def goal_descriptions(mg) -> list:
@@ -148,6 +156,32 @@ def refusal_reasons(records: list[dict], described: dict[str, list[tuple[str | N
     return reasons
 
 
+def failure_endings(records: list[dict], items: set[str]) -> collections.Counter:
+    """How a validation file's failed episodes of `items` end (one of `ENDINGS`): whether their
+    last `REPEATS` replies name one action, and whether the environment refused its last use
+    (and whether the observation before it listed that action) or accepted it, leaving a state the
+    episode had been in (an idle turn: BabyAI's "go to X" with X reached) or a new one. Greedy
+    decoding repeats itself once the observation stops changing, so the ending says what held
+    each failure."""
+    endings = collections.Counter()
+    for record in records:
+        if record.get("success") or record["item_id"] not in items:
+            continue
+        messages = record.get("messages") or []
+        replies = [i for i, message in enumerate(messages)
+                   if message["role"] == "assistant" and message.get("loss", True)]
+        actions = [extract_action(messages[i]["content"]).strip().strip("\"'").lower() for i in replies]
+        if len(actions) < REPEATS or len(set(actions[-REPEATS:])) > 1:
+            endings[ENDINGS[4]] += 1
+        elif len(replies) - 1 in (record.get("invalid_turns") or []):
+            listed = LISTED.search(messages[replies[-1] - 1]["content"])
+            named = listed is not None and actions[-1] in [a.lower() for a in json.loads(listed.group(1))]
+            endings[ENDINGS[0] if named else ENDINGS[1]] += 1
+        else:
+            endings[ENDINGS[2] if len(replies) - 1 in (record.get("idle_turns") or []) else ENDINGS[3]] += 1
+    return endings
+
+
 def column_labels(paths: list[Path]) -> list[str]:
     """Each path's shortest trailing part that tells it from the others: two runs' validations
     share their file names (`step_000014.jsonl`), so their columns are named from the run folder."""
@@ -204,6 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         for reason in reasons + ["all"]:
             cells = [sum(counted.values()) if reason == "all" else counted[reason] for counted in counts.values()]
             print(f"| {reason} | " + " | ".join(map(str, cells)) + " |")
+        items = {row["item_id"] for row in rows}
+        endings = {label: failure_endings(records[path], items) for label, path in zip(labels, solved)}
+        print(f"\n| failed episodes, by how they end (the last {REPEATS} replies) | " + " | ".join(labels) + " |")
+        print("|" + "---|" * (len(labels) + 1))
+        for ending in [*ENDINGS, "all"]:
+            cells = [sum(counted.values()) if ending == "all" else counted[ending] for counted in endings.values()]
+            print(f"| {ending} | " + " | ".join(map(str, cells)) + " |")
     return 0
 
 

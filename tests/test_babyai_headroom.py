@@ -94,3 +94,33 @@ def test_columns_of_two_runs_are_told_apart_by_their_folders():
                                           Path("runs/b/validation/step_000000.jsonl")])
     assert labels == ["a/validation/step_000014.jsonl", "b/validation/step_000014.jsonl",
                       "b/validation/step_000000.jsonl"]
+
+
+def test_failed_episodes_are_sorted_by_how_they_end():
+    """Each failure's last 3 replies: one action refused (listed in the observation before it, in
+    other quotes and case, or not listed), one action accepted (its last turn idle or not), or
+    not one action; successes and items outside the set are not counted."""
+    def episode(item_id, replies, success=False, invalid=(), idle=()):
+        messages = [{"role": "system", "content": "Reply with an action."}]
+        for reply in replies:
+            messages += [{"role": "user", "content": 'Your goal: open the door\nYou can see: a wall.\n'
+                                                     'Available actions: ["turn left", "toggle and go through red door 1"]'},
+                         {"role": "assistant", "content": f"Action: {reply}\n\nYou can see"}]
+        messages.append({"role": "user", "content": "You cannot do that: ..."})
+        return {"item_id": item_id, "success": success, "messages": messages, "invalid_turns": list(invalid),
+                "idle_turns": list(idle)}
+
+    toggle, pickup = "toggle and go through red door 1", "pickup red key 1"
+    records = [
+        episode("a", ["turn left", toggle, toggle, f'"{toggle.upper()}"'], invalid=[1, 2, 3]),
+        episode("b", [pickup] * 3, invalid=[0, 1, 2]),
+        episode("c", ["go to red door 1"] * 4, idle=[1, 2, 3]),
+        episode("d", ["turn left"] * 3),
+        episode("e", [pickup, pickup, "turn left"], invalid=[0, 1]),
+        episode("f", [pickup] * 2, invalid=[0, 1]),  # fewer replies than the window
+        episode("g", [pickup] * 3, invalid=[0, 1, 2], success=True),
+        episode("h", [pickup] * 3, invalid=[0, 1, 2]),  # outside the items
+    ]
+    module = load_module()
+    endings = module.failure_endings(records, {"a", "b", "c", "d", "e", "f", "g"})
+    assert [endings[ending] for ending in module.ENDINGS] == [1, 1, 1, 1, 2]
