@@ -171,14 +171,15 @@ def failure_endings(records: list[dict], items: set[str]) -> collections.Counter
         replies = [i for i, message in enumerate(messages)
                    if message["role"] == "assistant" and message.get("loss", True)]
         actions = [extract_action(messages[i]["content"]).strip().strip("\"'").lower() for i in replies]
+        last_turn = len(replies) - 1
         if len(actions) < REPEATS or len(set(actions[-REPEATS:])) > 1:
             endings[ENDINGS[4]] += 1
-        elif len(replies) - 1 in (record.get("invalid_turns") or []):
+        elif last_turn in (record.get("invalid_turns") or []):
             listed = LISTED.search(messages[replies[-1] - 1]["content"])
             named = listed is not None and actions[-1] in [a.lower() for a in json.loads(listed.group(1))]
             endings[ENDINGS[0] if named else ENDINGS[1]] += 1
         else:
-            endings[ENDINGS[2] if len(replies) - 1 in (record.get("idle_turns") or []) else ENDINGS[3]] += 1
+            endings[ENDINGS[2] if last_turn in (record.get("idle_turns") or []) else ENDINGS[3]] += 1
     return endings
 
 
