@@ -2,7 +2,7 @@
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
 sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards
-differ, the share of actions the environment refused, the replies that repeat the one before, the
+differ, the turns played (and their total over the steps saved so far: the experience a run had), the share of actions the environment refused, the replies that repeat the one before, the
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens each token bonus was paid at (`algo.rare_action_bonus`,
 `algo.discovery_bonus`) and the step's seconds. Then one row per validation in `validation/`
@@ -113,7 +113,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
     if not files:
         raise UserError(f"{run / 'trajectories'} holds no step_*.jsonl: was the run trained with "
                         "train.save_trajectories?")
-    steps, columns, kinds_total = [], [], collections.Counter()
+    steps, columns, kinds_total, turns_so_far = [], [], collections.Counter(), 0
     for path in files:
         step = int(path.stem.split("_")[1])
         episodes = list(read_json_lines(path))
@@ -121,6 +121,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
         for e in episodes:
             rewards[e.get("group", 0)].add(float(e.get("reward", 0.0)))
         turns = sum(e.get("turns", len(e.get("turn_rewards", []))) for e in episodes)
+        turns_so_far += turns
         kinds = collections.Counter(k for e in episodes for k in e.get("action_verbs", []))
         kinds_total.update(kinds)
         m = metrics.get(step, {})
@@ -129,6 +130,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
             "sampled success": share([e["success"] for e, g in zip(episodes, greedy) if not g]),
             "greedy members' success": share([e["success"] for e, g in zip(episodes, greedy) if g]),
             "groups whose rewards differ": f"{sum(len(r) > 1 for r in rewards.values())} of {len(rewards)}",
+            "turns played (total so far)": f"{turns:,} ({turns_so_far:,})",
             "refused actions": f"{100 * sum(e.get('invalid_actions', 0) for e in episodes) / max(turns, 1):.0f}%",
             "replies repeating the last": repeats(episodes, example_turns),
             "replies after a note repeating the last": after_note(episodes, example_turns),
@@ -139,7 +141,8 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
         steps.append(step)
     shown = [k for k, _ in kinds_total.most_common(kinds_shown)]
     header = [f"step ({len(episodes)} episodes)"] + [str(s) for s in steps]
-    labels = ["sampled success", "groups whose rewards differ", "refused actions", "replies repeating the last"]
+    labels = ["sampled success", "groups whose rewards differ", "turns played (total so far)", "refused actions",
+              "replies repeating the last"]
     if greedy_samples:
         labels.insert(1, "greedy members' success")
     if any(c["replies after a note repeating the last"] for c in columns):  # env.kwargs.note_unchanged

@@ -57,6 +57,7 @@ def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     assert load_module().main([str(run), "--kinds", "2"]) == 0
     out = capsys.readouterr().out
     assert "| sampled success | 25% |\n| groups whose rewards differ | 1 of 2 |" in out  # no greedy members
+    assert "| groups whose rewards differ | 1 of 2 |\n| turns played (total so far) | 8 (8) |" in out
     assert "| refused actions | 25% |\n| replies repeating the last | 50% (1 of 2) |" in out
     assert "| accepted actions: go to / pickup | 3 / 2 |" in out
     assert "| tokens given the rare-action bonus | 3 |\n| tokens given the discovery bonus | 2 |" in out
@@ -181,3 +182,16 @@ def test_a_recorded_list_that_does_not_fit_is_one_line(tmp_path, capsys):
     assert "before any whole id" in capsys.readouterr().err
     assert module.main([str(run), "--against-solved", "old=babyai_0, 7"]) == 2
     assert "babyai_7 not among step_000000.jsonl's items" in capsys.readouterr().err
+
+
+def test_turns_played_add_up_over_the_steps(tmp_path, capsys):
+    run = tmp_path / "run"
+    write_lines(run / "metrics.jsonl", [{"step": 1}, {"step": 2}])
+    (run / "config.yaml").write_text("env: {id: babyai}\n")
+    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True, turns=2),
+                                                            episode("babyai_0", False, turns=1_200)])
+    # No "turns" field: the turn rewards count them.
+    write_lines(run / "trajectories" / "step_000002.jsonl", [episode("babyai_0", True, turn_rewards=[0, 0, 1]),
+                                                            episode("babyai_0", False, turns=4)])
+    assert load_module().main([str(run)]) == 0
+    assert "| turns played (total so far) | 1,202 (1,202) | 7 (1,209) |" in capsys.readouterr().out
