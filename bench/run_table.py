@@ -2,7 +2,8 @@
 
 From a run folder (`runs/<name>`, written with `train.save_trajectories`), one column per step:
 sampled success (and the greedy members' apart, with `algo.greedy_samples`), groups whose rewards
-differ, the turns played (and their total over the steps saved so far: the experience a run had), the share of actions the environment refused, the replies that repeat the one before, the
+differ, the turns played (and their total over the steps saved so far: the experience a run had),
+the share of actions the environment refused, the replies that repeat the one before, the
 accepted actions by kind (`Trajectory.action_verbs`, recorded when the run located actions, e.g.
 for `algo.rare_action_bonus`), the tokens each token bonus was paid at (`algo.rare_action_bonus`,
 `algo.discovery_bonus`) and the step's seconds. Then one row per validation in `validation/`
