@@ -14,13 +14,15 @@ nothing, `env.kwargs.note_unchanged`, counted apart too) and the kinds of action
 replies wrote (the worked example's turns left out); and each validation paired item by item
 with the first.
 
-    python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE] [--against-solved NAME=IDS]
+    python bench/run_table.py runs/free_rare_s1 [--kinds 4] [--against FILE] [--also FILE] [--against-solved NAME=IDS]
 
 `--against` puts a validation file of another run first (e.g. a kept step-0 file of the recipe
 without the setting the run changed), so every validation is paired with it. Each validation's
 solved items are printed in RESULTS' short form ("babyai_1, 2, 6"), and `--against-solved
 NAME="babyai_1, 2, 6"` pairs every validation with such a list, as RESULTS recorded it for a run
-whose files are gone (the items not listed count as failed).
+whose files are gone (the items not listed count as failed). `--also` adds an evaluation of one of
+the run's checkpoints written elsewhere (`agentgym-rl eval --trajectories FILE`) after the
+validations, paired as they are.
 
 Run by hand, in seconds; the tables go into docs/RESULTS.md.
 """
@@ -223,12 +225,21 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def file_label(path: Path) -> str:
+    """How a row names a file: RUN/step_N.jsonl for one in a run's validation folder, whose name
+    another run's file may share; otherwise its name."""
+    return f"{path.parent.parent.name}/{path.name}" if path.parent.name == "validation" else path.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the run folder (runs/<name>)")
     parser.add_argument("--kinds", type=int, default=4, help="kinds of action shown (the most frequent)")
     parser.add_argument("--against", type=Path, help="a validation file (.jsonl or .jsonl.gz) to pair every "
                         "validation with, shown first (RUN/step_N.jsonl when it lies in a run's validation folder)")
+    parser.add_argument("--also", type=Path, action="append", default=[], help="an evaluation file kept outside "
+                        "the run's validation folder (`agentgym-rl eval --trajectories`), shown after the "
+                        "validations; repeatable")
     parser.add_argument("--against-solved", metavar="NAME=IDS", help="pair every validation with a run known "
                         "only by its solved items, as RESULTS lists them: NAME=\"babyai_1, 2, 10\"")
     args = parser.parse_args(argv)
@@ -245,10 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(header, rows), end="\n\n")
         validations = [(path.name, list(read_json_lines(path)))
                        for path in sorted((args.run / "validation").glob("step_*.jsonl"))]
-        if args.against:  # another run's file may share a name with one of this run's
-            against = args.against.name if args.against.parent.name != "validation" else \
-                f"{args.against.parent.parent.name}/{args.against.name}"
-            validations.insert(0, (against, list(read_json_lines(args.against))))
+        validations += [(file_label(path), list(read_json_lines(path))) for path in args.also]
+        if args.against:
+            validations.insert(0, (file_label(args.against), list(read_json_lines(args.against))))
         if not validations:
             return 0
         categories = sorted({e.get("category", "") for _, eps in validations for e in eps},

@@ -115,6 +115,22 @@ def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys)
     assert "step_000000.jsonl against other/step_000000.jsonl: +100.0 points: 2 items gained, 0 lost" in out
 
 
+def test_also_adds_an_evaluation_kept_outside_the_validation_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "trajectories").mkdir(parents=True)
+    (run / "config.yaml").write_text("{}\n")
+    write_lines(run / "metrics.jsonl", [{"step": 1}])
+    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", False)])
+    write_lines(run / "validation" / "step_000000.jsonl", [episode("babyai_0", False), episode("babyai_1", False)])
+    later = run / "eval_step23.jsonl"  # as `agentgym-rl eval --trajectories` writes it
+    write_lines(later, [episode("babyai_0", True), episode("babyai_1", False)])
+    assert load_module().main([str(run), "--also", str(later)]) == 0
+    out = capsys.readouterr().out
+    assert out.index("| step_000000.jsonl | 0.0% (0) |") < out.index("| eval_step23.jsonl | 50.0% (1) |")
+    assert "eval_step23.jsonl solved: babyai_0" in out
+    assert "eval_step23.jsonl against step_000000.jsonl: +50.0 points: 1 items gained, 0 lost" in out
+
+
 def test_replies_after_the_note_that_an_action_changed_nothing_are_counted_apart(tmp_path, capsys):
     """`env.kwargs.note_unchanged`: a reply counts when the observation before it opens with the
     note and a reply after the worked example came before it; it repeats when it is that reply,
