@@ -26,6 +26,17 @@ def episode(item: str, success: bool, group: int = 0, replies: tuple[str, ...] =
             "group": group, "success": success, "reward": float(success), "messages": messages, **fields}
 
 
+def one_step_run(tmp_path: Path, validations: dict[str, list[dict]]) -> Path:
+    """A run folder of one step with one episode, and these files in its validation folder."""
+    run = tmp_path / "run"
+    write_lines(run / "metrics.jsonl", [{"step": 1}])
+    (run / "config.yaml").write_text("{}\n")
+    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
+    for name, episodes in validations.items():
+        write_lines(run / "validation" / name, episodes)
+    return run
+
+
 def test_steps_and_validations_counted_by_hand(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
@@ -94,12 +105,7 @@ def test_a_folder_without_a_run_is_one_line(tmp_path, capsys):
 
 
 def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys):
-    run = tmp_path / "run"
-    (run / "trajectories").mkdir(parents=True)
-    (run / "config.yaml").write_text("{}\n")
-    write_lines(run / "metrics.jsonl", [{"step": 1}])
-    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
-    write_lines(run / "validation" / "step_000000.jsonl", [episode("babyai_0", True), episode("babyai_1", True)])
+    run = one_step_run(tmp_path, {"step_000000.jsonl": [episode("babyai_0", True), episode("babyai_1", True)]})
     kept = tmp_path / "kept_step0.jsonl.gz"
     with gzip.open(kept, "wt") as handle:
         handle.write(json.dumps(episode("babyai_0", False)) + "\n" + json.dumps(episode("babyai_1", True)) + "\n")
@@ -116,12 +122,7 @@ def test_against_pairs_every_validation_with_another_runs_file(tmp_path, capsys)
 
 
 def test_also_adds_an_evaluation_kept_outside_the_validation_folder(tmp_path, capsys):
-    run = tmp_path / "run"
-    (run / "trajectories").mkdir(parents=True)
-    (run / "config.yaml").write_text("{}\n")
-    write_lines(run / "metrics.jsonl", [{"step": 1}])
-    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", False)])
-    write_lines(run / "validation" / "step_000000.jsonl", [episode("babyai_0", False), episode("babyai_1", False)])
+    run = one_step_run(tmp_path, {"step_000000.jsonl": [episode("babyai_0", False), episode("babyai_1", False)]})
     later = run / "eval_step23.jsonl"  # as `agentgym-rl eval --trajectories` writes it
     write_lines(later, [episode("babyai_0", True), episode("babyai_1", False)])
     assert load_module().main([str(run), "--also", str(later)]) == 0
@@ -167,14 +168,8 @@ def test_solved_items_are_listed_short_and_a_recorded_list_is_paired(tmp_path, c
     """Each validation's solved items in RESULTS' short form, and `--against-solved` pairing them
     with a list recorded for a run whose files are gone: 2 items gained (babyai_1, 10), 1 lost
     (babyai_3), babyai_2 solved by both: +1 of 4 items."""
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("{}\n")
-    write_lines(run / "metrics.jsonl", [{"step": 1}])
-    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
-    write_lines(run / "validation" / "step_000014.jsonl",
-                [episode("babyai_10", True), episode("babyai_2", True), episode("babyai_1", True),
-                 episode("babyai_3", False)])
+    run = one_step_run(tmp_path, {"step_000014.jsonl": [episode("babyai_10", True), episode("babyai_2", True),
+                                                         episode("babyai_1", True), episode("babyai_3", False)]})
     module = load_module()
     assert module.main([str(run), "--against-solved", "gigpo_s0=babyai_2, 3"]) == 0
     out = capsys.readouterr().out
@@ -185,12 +180,7 @@ def test_solved_items_are_listed_short_and_a_recorded_list_is_paired(tmp_path, c
 
 
 def test_a_recorded_list_that_does_not_fit_is_one_line(tmp_path, capsys):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "config.yaml").write_text("{}\n")
-    write_lines(run / "metrics.jsonl", [{"step": 1}])
-    write_lines(run / "trajectories" / "step_000001.jsonl", [episode("babyai_0", True)])
-    write_lines(run / "validation" / "step_000000.jsonl", [episode("babyai_0", True)])
+    run = one_step_run(tmp_path, {"step_000000.jsonl": [episode("babyai_0", True)]})
     module = load_module()
     assert module.main([str(run), "--against-solved", "babyai_0"]) == 2
     assert "NAME=IDS" in capsys.readouterr().err
