@@ -21,13 +21,11 @@ import re
 import sys
 from pathlib import Path
 
+from agentgym_rl.errors import UserError
 from agentgym_rl.jsonlines import read_json_lines
+from run_table import episode_turns  # bench/ is on the path: the script's own folder
 
 STEP_FILE = re.compile(r"step_(\d+)\.jsonl")
-
-
-class UserError(Exception):
-    """A mistake in the command line, said in one line."""
 
 
 class RunPoints:
@@ -52,12 +50,8 @@ class RunPoints:
         return [s for s in range(1, last + 1) if s not in self.turns_by_step]
 
 
-def episode_turns(episode: dict) -> int:
-    return int(episode.get("turns", len(episode.get("turn_rewards", []))))
-
-
 def success(path: Path) -> float:
-    episodes = list(read_json_lines(path))
+    episodes = read_json_lines(path)
     if not episodes:
         raise UserError(f"{path} holds no episodes")
     return sum(bool(e.get("success")) for e in episodes) / len(episodes)

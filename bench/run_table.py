@@ -68,6 +68,11 @@ def share(successes: list[bool]) -> str:
     return f"{100 * sum(successes) / len(successes):.0f}%" if successes else ""
 
 
+def episode_turns(episode: dict) -> int:
+    """The turns an episode played: its `turns`, else one per turn reward (older files)."""
+    return int(episode.get("turns", len(episode.get("turn_rewards", []))))
+
+
 def replies(episode: dict, example_turns: int) -> list[str]:
     """The episode's replies, the worked example's turns left out."""
     return [m["content"] for m in episode["messages"] if m["role"] == "assistant"][example_turns:]
@@ -123,7 +128,7 @@ def step_rows(run: Path, kinds_shown: int, greedy_samples: int = 0,
         rewards: dict[int, set[float]] = collections.defaultdict(set)
         for e in episodes:
             rewards[e.get("group", 0)].add(float(e.get("reward", 0.0)))
-        turns = sum(e.get("turns", len(e.get("turn_rewards", []))) for e in episodes)
+        turns = sum(episode_turns(e) for e in episodes)
         turns_so_far += turns
         kinds = collections.Counter(k for e in episodes for k in e.get("action_verbs", []))
         kinds_total.update(kinds)
