@@ -12,7 +12,7 @@ rollout's turn does.
     python bench/decode_step.py [--device cuda] [--rows 32 128] [--context 1000 2500] [--new-tokens 48]
                                 [--reps 3] [--attention grouped sdpa] [--generator hf slots graphs]
                                 [--dtype float32] [--slot-len 8192] [--slots 32] [--stop-share 0.05]
-                                [--profile] [--check-graphs]
+                                [--temperature 0.8] [--profile] [--check-graphs]
 
 Per (rows, context): prompts of about `context` random ids (lengths spread ±10%, so left padding
 as in a rollout), in groups of `--group` equal prompts (a GRPO step's first turn), all sharing
@@ -20,10 +20,12 @@ their first `--shared` ids (system prompt and worked example). Columns, in ms, m
 - forward: one decoding step of the model alone (one new column over the cached ones, the mask
   `generate` would pass), in a loop of `--new-tokens` steps feeding back the argmax;
 - greedy / sampled step: (time of `generate` for N tokens - time for 1 token) / (N - 1), i.e.
-  each step after the prefill; sampled = temperature 0.8 with one random stream per row;
+  each step after the prefill; sampled = `--temperature` (0.8) with one random stream per row;
 - prefill: `generate` of 1 token (the first turn's prompts, repeats run once);
 - next turn: `generate` of 1 token for each prompt extended by its reply and `--observation`
-  new ids (the rollout's next turn: cache matched, re-packed, the new ids prefilled).
+  new ids (the rollout's next turn: cache matched, re-packed, the new ids prefilled);
+- floor: the least a decoding step can take, reading the weights and each row's `context` cached keys and
+  values once at the bandwidth this device copies with (measured at the start: `bandwidth`).
 `--attention` names the attention each row of the table runs: `grouped`, the generator's own
 (`agent/attention.py`; on a GPU a decoding step by `grouped_decode_attention`), and `sdpa`,
 transformers' own, which copies the grouped key/value heads under a mask (what a GPU ran before
@@ -88,6 +90,26 @@ def prompts_for(rows: int, context: int, group: int, shared: int, seed: int) -> 
         rest = torch.randint(3, SMOLLM2["vocab_size"], (max(1, length - shared),), generator=generator).tolist()
         prompts += [common + rest] * group
     return prompts[:rows]
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of `model`'s parameters, a tied embedding and output head counted once (one matrix)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def floor_ms(weights: int, token_bytes: int, rows: int, cached: int, bandwidth: float) -> float:
+    """Milliseconds a decoding step takes at least: `weights` bytes and `rows` x `cached` tokens of
+    `token_bytes` keys and values each, read once at `bandwidth` bytes a second."""
+    return 1000 * (weights + rows * cached * token_bytes) / bandwidth
+
+
+def bandwidth(device: torch.device, megabytes: int = 1024, reps: int = 5) -> float:
+    """Bytes a second `device` moves in a copy of `megabytes` (read and written, both counted),
+    the best of `reps`."""
+    source = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    best = min(timed(lambda: target.copy_(source), device) for _ in range(reps))
+    return 2 * source.numel() / best
 
 
 def timed(function, device: torch.device) -> float:
@@ -164,7 +186,7 @@ def measure(model, rows: int, context: int, attention: str, kind: str, args, dev
     for _ in range(args.reps):
         attend_with(model, attention)
         result["forward"].append(forward_steps(model, prompts, n, device))
-        for name, temperature in (("greedy", 0.0), ("sampled", 0.8)):
+        for name, temperature in (("greedy", 0.0), ("sampled", args.temperature)):
             generator = generator_for(model, temperature, attention, kind, rows, max_len, args.slots,
                                       stop_ids(args.stop_share))
             kw = {} if temperature == 0 else {"streams": streams}
@@ -195,7 +217,7 @@ def check_graphs(model, rows: int, context: int, args) -> None:
     Exits 5 when they differ, or when no graph was captured on a CUDA device."""
     prompts = prompts_for(rows, context, args.group, args.shared, seed=7)
     max_len = max(map(len, prompts)) + args.new_tokens + 1
-    for temperature in (0.0, 0.8):
+    for temperature in (0.0, args.temperature):
         kw = {} if temperature == 0 else {"streams": list(range(1, rows + 1))}
         eager, graphed = (generator_for(model, temperature, kind=kind, rows=rows, max_len=max_len,
                                         stops=stop_ids(args.stop_share)) for kind in ("slots", "graphs"))
@@ -218,7 +240,7 @@ def profile(model, rows: int, context: int, attention: str, args, device: torch.
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     prompts = prompts_for(rows, context, args.group, args.shared, seed=1)
-    generator = generator_for(model, 0.8, attention)
+    generator = generator_for(model, args.temperature, attention)
     generator.generate(prompts, 2, streams=list(range(1, rows + 1)))  # kernels load outside the profile
     generator.reset()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -254,6 +276,7 @@ def main() -> None:
                         help="tokens a slot holds (the backend gives rollout.max_context; 0: just what the prompts need)")
     parser.add_argument("--slots", type=int, default=0,
                         help="the slot generator's slots, when more than --rows (0: as many as the rows)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="the sampled columns' temperature")
     parser.add_argument("--stop-share", type=float, default=0.0,
                         help="share of the vocabulary that ends a reply (replies of spread lengths)")
     parser.add_argument("--profile", action="store_true", help="profile each --attention at the largest size")
@@ -264,17 +287,25 @@ def main() -> None:
         parser.error("--stop-share must be at least 0 and below 1")
     if min(args.context) <= args.shared:
         parser.error(f"--context must exceed --shared ({args.shared})")
+    if args.temperature <= 0:
+        parser.error("--temperature must be above 0 (the greedy column is always measured)")
     device = torch.device(args.device)
     model = build_model(device, args.dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
     print(f"# {name}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"SmolLM2-135M's shape, random weights, {args.dtype}, {args.new_tokens} new tokens; ms, median of "
           f"{args.reps}")
+    from agentgym_rl.agent.kv_cache import bytes_per_token
+
+    moved = bandwidth(device)
+    weights, token_bytes = weight_bytes(model), bytes_per_token(model)
+    print(f"# bandwidth: {moved / 1e9:.0f} GB/s (a 1 GiB copy, best of 5); weights {weights / 2**20:.0f} MiB, "
+          f"{token_bytes:,} bytes of keys and values a cached token")
     if args.check_graphs:
         check_graphs(model, min(args.rows), min(args.context), args)
     print(f"| generator | attention | rows | context | forward step | greedy step | sampled step | prefill | "
-          f"next turn ({args.observation} ids) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          f"next turn ({args.observation} ids) | floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rows in args.rows:
         for context in args.context:
             for kind in args.generator:
@@ -282,7 +313,8 @@ def main() -> None:
                     m = measure(model, rows, context, attention, kind, args, device)
                     print(f"| {kind} | {attention} | {rows} | {context} | {1000 * m['forward']:.1f} | "
                           f"{1000 * m['greedy']:.1f} | {1000 * m['sampled']:.1f} | {1000 * m['prefill']:.0f} | "
-                          f"{1000 * m['turn']:.0f} |", flush=True)
+                          f"{1000 * m['turn']:.0f} | {floor_ms(weights, token_bytes, rows, context, moved):.2f} |",
+                          flush=True)
                     if args.stop_share:
                         print(f"#   its sampled replies: {m['reply']:.1f} tokens on average", flush=True)
     if args.profile:
