@@ -5,6 +5,7 @@ choice are one-line errors before any model loads."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,81 @@ def test_stop_strings_end_replies_at_every_token_holding_them(tiny_tokenizer):
         model_policy(model, tiny_tokenizer, 0.0, RolloutConfig(stop_strings=["\n"]), listed_actions_only=True)
     with pytest.raises(ValueError, match="at least 1 character"):
         RolloutConfig(stop_strings=[""])
+
+
+def test_the_table_builds_each_backends_generator_and_starts_its_engine(folder, monkeypatch, tiny_tokenizer):
+    """Every policy's generator comes from its row's `build`, and a row with an `engine` has it
+    started on the model folder (once, with the run's dtype, settings and seed) and handed over:
+    a backend is one row."""
+    import dataclasses
+
+    import agentgym_rl.rollout.backends as backends
+
+    built, started = [], []
+
+    def build(parts):
+        built.append(parts)
+        return HFGenerator(parts.model, parts.pad_id, parts.stops, parts.temperature) if parts.model else parts
+
+    def start(where, dtype, rollout, seed):
+        started.append((where, dtype, rollout.max_context, seed))
+        return "the engine"
+
+    monkeypatch.setitem(backends.BACKENDS, "hf", dataclasses.replace(backends.BACKENDS["hf"], build=build))
+    model = build_model(tiny_tokenizer, SMALL)
+    assert model_policy(model, tiny_tokenizer, 0.3).generator.model is model
+    assert (built[-1].model, built[-1].temperature, built[-1].engine) == (model, 0.3, None)
+    folder_policy(folder, 0.0, RolloutConfig(), dtype="float32", device="cpu")
+    assert built[-1].model is not None and built[-1].model is not model  # the folder's model, loaded here
+
+    engined = dataclasses.replace(backends.BACKENDS["hf"], in_process=False, engine=start)
+    monkeypatch.setitem(backends.BACKENDS, "hf", engined)
+    folder_policy(folder, 0.0, RolloutConfig(max_context=640), seed=7)
+    assert started == [(folder, "float32", 640, 7)]
+    assert (built[-1].model, built[-1].engine) == (None, "the engine")  # its model stays where the engine is
+    with pytest.raises(ValueError, match="needs engine"):
+        model_policy(model, tiny_tokenizer, 0.0)
+
+
+def test_a_backend_is_refused_on_a_device_its_row_does_not_list(tmp_path, monkeypatch, counter_env_registered):
+    import dataclasses
+
+    from test_run_safety import toy_config
+
+    import agentgym_rl.rollout.backends as backends
+    from agentgym_rl.train.rl import RLTrainer
+
+    monkeypatch.setitem(backends.BACKENDS, "hf", dataclasses.replace(backends.BACKENDS["hf"], devices=("cuda",)))
+    said = re.escape("transformers in this process does not sample on cpu (it does on cuda): set run.device or "
+                     "rollout.generator")
+    with pytest.raises(UserError, match=f"^{said}$"):
+        RLTrainer(toy_config(tmp_path, "run.device=cpu"), log=lambda _: None)
+    with pytest.raises(UserError, match=f"^{said}$"):
+        folder_policy(tmp_path, 1.0, RolloutConfig(), device="cpu")
+
+
+def test_a_run_starts_its_backends_engine_once_on_the_learners_weights(tmp_path, monkeypatch, counter_env_registered):
+    """The trainer's rollout and validation policies share one engine, started from a folder of
+    the model as the run begins (vLLM's path, with a stand-in engine)."""
+    import dataclasses
+
+    from test_run_safety import toy_config
+
+    import agentgym_rl.rollout.backends as backends
+    from agentgym_rl.train.rl import RLTrainer
+
+    started, engines = [], []
+
+    def start(where, dtype, rollout, seed):
+        started.append((Path(where).relative_to(tmp_path), dtype, seed, (Path(where) / "config.json").is_file()))
+        return object()
+
+    def build(parts):
+        engines.append(parts.engine)
+        return HFGenerator(parts.model, parts.pad_id, parts.stops, parts.temperature)
+
+    row = dataclasses.replace(backends.BACKENDS["hf"], build=build, engine=start)
+    monkeypatch.setitem(backends.BACKENDS, "hf", row)
+    RLTrainer(toy_config(tmp_path, "train.steps=1", "run.seed=5"), log=lambda _: None).fit()
+    assert started == [(Path("toy/engine_model"), "float32", 5, True)]
+    assert len(engines) >= 2 and all(engine is engines[0] for engine in engines)

@@ -320,7 +320,7 @@ def test_rft_rounds(sft_run):
 
 
 def scripted(replies):
-    def policy(model, tokenizer, temperature, rollout=None, listed_actions_only=False, vllm_engine=None):
+    def policy(model, tokenizer, temperature, rollout=None, listed_actions_only=False, engine=None):
         encoder = ChatEncoder(tokenizer)
         return ModelPolicy(ScriptedGenerator(tokenizer, replies, encoder.end_of_turn_id), encoder)
     return policy

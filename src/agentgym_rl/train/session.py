@@ -32,7 +32,7 @@ from ..eval.evaluate import evaluate
 from ..eval.metrics import Summary
 from ..rollout.engine import RolloutEngine
 from ..rollout.rewards import EpisodeReward
-from ..rollout.backends import backend_of, model_policy
+from ..rollout.backends import backend_of, check_backend, model_policy
 from ..rollout.policy import ModelPolicy
 from ..rollout.trajectory import Trajectory
 from ..runs import MetricsLogger, NoMetrics, checkpoint_step, run_lock, start_run
@@ -63,9 +63,7 @@ def check_installed(config: Any) -> None:
     import importlib.util
 
     trackers.check_installed(config.run.loggers)
-    backend = backend_of(config.rollout)
-    if backend.requires is not None:
-        backend.requires()
+    check_backend(config.rollout, config.run.device)
     ray_envs = any(url.startswith(registry.RAY_SCHEME) for url in config.env.urls)
     if (ray_envs or config.rollout.workers) and importlib.util.find_spec("ray") is None:
         what = "env.urls names Ray" if ray_envs else "rollout.workers run on Ray"
@@ -156,8 +154,9 @@ class Session:
     metrics: MetricsLogger | NoMetrics
     device: torch.device
     log: Callable[[str], Any] = print
-    vllm_engine: Any = None
-    """The vLLM engine the policies sample from with `rollout.generator: vllm` (made on first use)."""
+    generator_engine: Any = None
+    """The engine the policies sample through with a backend that has one (`rollout.generator:
+    vllm`), started on first use."""
     writes: bool = True
     """Whether this process writes the run folder (False: a `torchrun` rank > 0)."""
 
@@ -226,21 +225,21 @@ class Session:
         `rollout.generator`; the trainer syncs the generator's weights after every update.
         `listed_actions_only`: for evaluation (see `ModelPolicy`). `model`: the module to sample
         from (default: the learner's `rollout_model`)."""
-        engine = self._vllm() if backend_of(self.config.rollout).name == "vllm" else None
+        backend = backend_of(self.config.rollout)
+        engine = self._generator_engine(backend.engine) if backend.engine is not None else None
         return model_policy(self.learner.rollout_model if model is None else model, self.tokenizer, temperature,
-                            self.config.rollout, listed_actions_only, vllm_engine=engine)
+                            self.config.rollout, listed_actions_only, engine=engine)
 
-    def _vllm(self) -> Any:
-        """The session's vLLM engine, started on the model's current weights."""
-        if self.vllm_engine is None:
-            from ..agent.vllm_generator import VLLMEngine
-
-            folder = self.run_dir / "vllm_model"  # vLLM starts from a model folder
+    def _generator_engine(self, start: Callable[..., Any]) -> Any:
+        """The session's generator engine (vLLM's), started once on the model's current weights by
+        its backend's `engine` (`rollout.backends.GeneratorBackend`)."""
+        if self.generator_engine is None:
+            folder = self.run_dir / "engine_model"  # engines start from a model folder
             self.learner.rollout_model.save_pretrained(folder)
             self.tokenizer.save_pretrained(folder)
-            self.vllm_engine = VLLMEngine(folder, self.config.run.dtype, max_model_len=self.config.rollout.max_context,
-                                          seed=self.config.run.seed)
-        return self.vllm_engine
+            config = self.config
+            self.generator_engine = start(folder, config.run.dtype, config.rollout, config.run.seed)
+        return self.generator_engine
 
     def sample(self, tasks: list[Task], samples: int, temperature: float, max_turns: int | None,
                desc: str) -> list[Trajectory]:
