@@ -5,7 +5,8 @@
 #   2. torch sees a GPU (the first CUDA call: without one the script stops here, exit 3), then
 #      bench/decode_step.py: HFGenerator against the slot generator, eager and as CUDA graphs
 #      (checked equal first), bfloat16, sampled at temperature 1, beside the step's bandwidth
-#      floor; then with replies of spread lengths;
+#      floor; then with replies of spread lengths; then a rollout of SmolLM2's shape through
+#      each generator backend against per-turn generate (bench/gpu_rollout.py);
 #   3. one GRPO step with run.device=cuda in bfloat16 (warm-up, rollout, update, validation),
 #      then the same with rollout.generator=slots (continuous turns over CUDA graphs);
 #   4. eval of its checkpoint on the GPU, and the README's one-GPU recipe with --smoke on it;
@@ -77,6 +78,15 @@ if [ "$DEVICE" = cuda ]; then
     step 90 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
         --new-tokens 48 --stop-share 0.05 --reps 2 --temperature 1 --generator hf graphs --check-graphs \
         | tee "$OUT/decode_step_stops.md"
+    # A rollout of issue 73's workload (16 BabyAI tasks x 8 samples, 8 turns, 32 new tokens, every
+    # episode in flight) through each backend against per-turn generate (TRL's way), SmolLM2's
+    # shape with random weights: its config and tokenizer travel in $WHEELS (gpu-wheels.sh).
+    if [ -f "$WHEELS/smollm2-config/config.json" ]; then
+        step 150 "$PYTHON" bench/gpu_rollout.py --model "$WHEELS/smollm2-config" --random-weights --device cuda \
+            --dtype bfloat16 --reps 1 | tee "$OUT/gpu_rollout.md"
+    else
+        echo "no $WHEELS/smollm2-config (scripts/gpu-wheels.sh): the rollout benchmark not run" >> "$FAILED"
+    fi
 fi
 
 GPU=(run.device="$DEVICE" run.dtype=bfloat16)

@@ -22,4 +22,14 @@ python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-bin
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_5_x86_64 \
     -d "$DEST" "${WHEELS[@]}"
+# SmolLM2-135M-Instruct's config and tokenizer without its weights (~4 MB): gpu-check.sh times a
+# rollout of that shape with new random weights (bench/gpu_rollout.py --random-weights).
+PYTHON=${PYTHON:-.venv/bin/python}
+if FOLDER=$("$PYTHON" -c "from agentgym_rl.agent.models import model_folder
+print(model_folder('smollm2-135m-instruct', log=lambda _: None))"); then
+    mkdir -p "$DEST/smollm2-config"
+    find "$FOLDER" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$DEST/smollm2-config/" \;
+else
+    echo "SmolLM2's config and tokenizer not copied: $PYTHON has no agentgym_rl (make install)" >&2
+fi
 du -sh "$DEST"
