@@ -111,3 +111,20 @@ def test_the_start_line_names_a_gpu_and_its_memory(monkeypatch):
     assert describe_device(torch.device("cuda", 0), "float32") == "device cuda:0 (NVIDIA H200 #0, 140 GB), float32"
     threads = torch.get_num_threads()
     assert describe_device(torch.device("cpu"), "float32") == f"device cpu ({threads} threads), float32"
+
+
+def test_a_step_on_a_gpu_reports_its_peak_memory_and_restarts_the_count(monkeypatch):
+    """`memory/device_peak_gb`: the peak since the last step, in GB, on CUDA only (a stand-in for
+    torch.cuda records the calls)."""
+    import torch
+
+    from agentgym_rl import metric_names as metric
+    from agentgym_rl.train.rl import device_peak_gb
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: calls.append(("peak", device)) or 3.5e9)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(("reset", device)))
+    gpu = torch.device("cuda", 0)
+    assert device_peak_gb(gpu) == {metric.MEMORY_DEVICE_PEAK_GB: 3.5}
+    assert calls == [("peak", gpu), ("reset", gpu)]
+    assert device_peak_gb(torch.device("cpu")) == {} and len(calls) == 2

@@ -234,6 +234,17 @@ class Validation:
         return {"step": self.step, **self.summary.as_dict(), "item_success": self.item_success}
 
 
+def device_peak_gb(device: torch.device) -> dict[str, float]:
+    """On a CUDA device, the most memory torch held there since the last call (GB), then the
+    count restarts: one step's peak; elsewhere nothing (a CPU's resident memory is the
+    allocator's, not the run's)."""
+    if device.type != "cuda":
+        return {}
+    peak = torch.cuda.max_memory_allocated(device) / 1e9
+    torch.cuda.reset_peak_memory_stats(device)
+    return {metric.MEMORY_DEVICE_PEAK_GB: peak}
+
+
 def per_env_metrics(prefix: str, stats: Summary) -> dict[str, float]:
     """`<prefix>/env/<env_id>/success` and `/reward` of each environment in a summary
     (`eval.metrics.summarize`'s by_env): a mix's curves one environment at a time."""
@@ -734,7 +745,7 @@ class RLTrainer(Trainer):
             metric.TRAIN_IDLE_TURN_RATE: stats.idle_turn_rate, metric.TRAIN_ERRORS: stats.errors, **update_metrics,
             metric.TIME_ROLLOUT_TOKENS_PER_S: generated / max(played.rollout_s, 1e-9),
             metric.TIME_ROLLOUT_S: played.rollout_s, metric.TIME_UPDATE_S: time.time() - updated,
-            metric.TIME_STEP_S: _clock() - step_began,
+            metric.TIME_STEP_S: _clock() - step_began, **device_peak_gb(self.session.device),
             **(per_env_metrics("train", stats) if self.mixed else {}),
         }
         if self.config.algo.greedy_samples:
