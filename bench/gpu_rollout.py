@@ -18,7 +18,9 @@ episodes from per-episode streams at temperature 1, `--turns` turns of replies o
   between turns, no logprobs: what TRL 1.16's `GRPOTrainer._generate_single_turn` does each turn
   of its multi-turn loop, written here without TRL, which does not travel to the GPU machines
   (bench/rollout_vs_trl.py times TRL's own call on the CPU).
-`--random-weights` keeps the model folder's config and tokenizer and draws new weights (so only
+Each arm's policy is built once and plays one turn of every episode before the timed runs (a slot
+generator's cache allocated, its CUDA graphs captured); per-turn `generate` runs transformers' own
+`sdpa` attention, the backends the project's. `--random-weights` keeps the model folder's config and tokenizer and draws new weights (so only
 the tokenizer travels): replies then run to `--new-tokens` and every action is refused, a
 heavier workload than a trained model's but the same for every arm. Columns: the rollout's
 seconds, generated tokens a second and that as a multiple of `per-turn`'s; medians of `--reps`
@@ -35,10 +37,12 @@ import time
 
 import torch
 
+from agentgym_rl.agent.attention import use_grouped_attention
+from agentgym_rl.agent.chat import ChatEncoder
 from agentgym_rl.agent.generator import Generation
 from agentgym_rl.config import RolloutConfig
 from agentgym_rl.envs import registry
-from agentgym_rl.rollout.backends import model_policy
+from agentgym_rl.rollout.backends import model_policy, reply_stop_ids
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.rollout.policy import ModelPolicy
 
@@ -89,19 +93,38 @@ def load(folder, dtype: str, device: str, random_weights: bool):
     return model.to(resolve_device(device)).eval(), tokenizer
 
 
-def play(arm: str, model, tokenizer, tasks, args) -> dict:
-    rollout = RolloutConfig(max_new_tokens=args.new_tokens, max_context=args.max_context,
-                            max_envs=len(tasks) * args.samples, generator="hf" if arm == "per-turn" else arm)
-    policy = model_policy(model, tokenizer, 1.0, rollout)
+def rollout_settings(arm: str, episodes: int, args) -> RolloutConfig:
+    return RolloutConfig(max_new_tokens=args.new_tokens, max_context=args.max_context, max_envs=episodes,
+                         generator="hf" if arm == "per-turn" else arm)
+
+
+def arm_policy(arm: str, model, tokenizer, episodes: int, args) -> ModelPolicy:
+    """The arm's policy, built once and reused by every repetition (the engine resets it):
+    a slot generator's cache is allocated, and its graphs captured, before the timing."""
+    if arm != "per-turn":
+        return model_policy(model, tokenizer, 1.0, rollout_settings(arm, episodes, args))
+    encoder = ChatEncoder(tokenizer)
+    return ModelPolicy(PerTurnGenerate(model, tokenizer.pad_token_id, reply_stop_ids(encoder, []), 1.0), encoder)
+
+
+def attend_for(arm: str, model) -> None:
+    """Per-turn `generate` runs transformers' own attention, as TRL does; the backends run the
+    one they install (`agent.attention`), set again since the arms share the model."""
     if arm == "per-turn":
-        policy = ModelPolicy(PerTurnGenerate(model, tokenizer.pad_token_id, policy.generator.stop_ids, 1.0),
-                             policy.encoder)
+        model.set_attn_implementation("sdpa")
+    else:
+        use_grouped_attention(model)
+
+
+def play(arm: str, policy: ModelPolicy, model, tasks, turns: int, args) -> dict:
+    rollout = rollout_settings(arm, len(tasks) * args.samples, args)
     engine = RolloutEngine(registry.env_factory("babyai", {"list_actions": True}), rollout)
+    attend_for(arm, model)
     synchronize = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     try:
         synchronize()
         began = time.perf_counter()
-        trajectories = engine.run(tasks, policy, args.turns, samples=args.samples, sampling_seed=args.seed)
+        trajectories = engine.run(tasks, policy, turns, samples=args.samples, sampling_seed=args.seed)
         synchronize()
         seconds = time.perf_counter() - began
     finally:
@@ -132,10 +155,12 @@ def main() -> None:
     model, tokenizer = load(model_folder(args.model), args.dtype, args.device, args.random_weights)
     tasks = registry.tasks("babyai", "train")[:args.tasks]
     results: dict[str, list[dict]] = {arm: [] for arm in args.arms}
-    play(args.arms[0], model, tokenizer, tasks[:1], argparse.Namespace(**{**vars(args), "turns": 1}))  # warm-up
+    policies = {arm: arm_policy(arm, model, tokenizer, len(tasks) * args.samples, args) for arm in args.arms}
+    for arm in args.arms:  # one turn of every episode first: allocation, kernels and graphs outside the timing
+        play(arm, policies[arm], model, tasks, 1, args)
     for rep in range(args.reps):
         for arm in (args.arms if rep % 2 == 0 else reversed(args.arms)):
-            results[arm].append(play(arm, model, tokenizer, tasks, args))
+            results[arm].append(play(arm, policies[arm], model, tasks, args.turns, args))
             print(f"  rep {rep} {arm}: {results[arm][-1]['seconds']:.1f} s", flush=True)
     where = torch.cuda.get_device_name(model.device) if model.device.type == "cuda" else platform.processor()
     print(f"\nmachine: {where or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; {args.model}"

@@ -43,7 +43,7 @@ step() {
     fi
     [ "$limit" -le "$left" ] || limit=$left
     echo "== $* (at most $limit s)"
-    timeout "$limit" "$@" || rc=$?
+    timeout -k 10 "$limit" "$@" || rc=$?  # -k: a process that ignores SIGTERM (NCCL stuck) is killed
     echo "== done in $((SECONDS - start)) s, exit $rc"
     [ "$rc" -eq 0 ] || echo "exit $rc after $((SECONDS - start)) s: $*" >> "$FAILED"
 }
@@ -71,18 +71,18 @@ fi
 # the same replies (--check-graphs: exit 5 if not, or if no graph was captured). Its table, with
 # the bandwidth floor of each row, goes to docs/BENCHMARKS.md.
 if [ "$DEVICE" = cuda ]; then
-    step 150 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
+    step 100 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
         --new-tokens 16 --reps 2 --temperature 1 --generator hf slots graphs --check-graphs | tee "$OUT/decode_step.md"
     # Replies of spread lengths (5% of the vocabulary ends one): the graphs of the smaller batch
     # buckets a call compacts into, checked against eager, then timed against HFGenerator.
-    step 90 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
+    step 60 "$PYTHON" bench/decode_step.py --device cuda --dtype bfloat16 --rows 128 --context 1024 \
         --new-tokens 48 --stop-share 0.05 --reps 2 --temperature 1 --generator hf graphs --check-graphs \
         | tee "$OUT/decode_step_stops.md"
     # A rollout of issue 73's workload (16 BabyAI tasks x 8 samples, 8 turns, 32 new tokens, every
     # episode in flight) through each backend against per-turn generate (TRL's way), SmolLM2's
     # shape with random weights: its config and tokenizer travel in $WHEELS (gpu-wheels.sh).
     if [ -f "$WHEELS/smollm2-config/config.json" ]; then
-        step 150 "$PYTHON" bench/gpu_rollout.py --model "$WHEELS/smollm2-config" --random-weights --device cuda \
+        step 100 "$PYTHON" bench/gpu_rollout.py --model "$WHEELS/smollm2-config" --random-weights --device cuda \
             --dtype bfloat16 --reps 1 | tee "$OUT/gpu_rollout.md"
     else
         echo "no $WHEELS/smollm2-config (scripts/gpu-wheels.sh): the rollout benchmark not run" >> "$FAILED"
@@ -120,10 +120,13 @@ if [ -d "$MODEL" ] && [ $((BUDGET - SECONDS)) -gt 30 ]; then
     "${CLI[@]}" serve-model "$MODEL" --port "$PORT" --device "$DEVICE" &
     SERVER=$!
     trap 'kill $SERVER 2>/dev/null || true' EXIT
-    for _ in $(seq 30); do
-        "$PYTHON" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/health').raise_for_status()" 2>/dev/null && break
+    healthy=no
+    while [ $((BUDGET - SECONDS)) -gt 20 ]; do
+        "$PYTHON" -c "import httpx; httpx.get('http://127.0.0.1:$PORT/health').raise_for_status()" 2>/dev/null \
+            && { healthy=yes; break; }
         sleep 2
     done
+    [ "$healthy" = yes ] || echo "serve-model did not answer /health within the budget" >> "$FAILED"
     # float32 on both sides, so that their greedy replies may be compared.
     EVAL=(--policy "$MODEL" --episodes 8 --max-turns 6 --temperature 0 run.device="$DEVICE")
     step 60 "${CLI[@]}" eval "${EVAL[@]}" rollout.generator_url="http://127.0.0.1:$PORT/v1" --json "$OUT/served.json"

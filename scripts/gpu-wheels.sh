@@ -30,6 +30,6 @@ print(model_folder('smollm2-135m-instruct', log=lambda _: None))"); then
     mkdir -p "$DEST/smollm2-config"
     find "$FOLDER" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} "$DEST/smollm2-config/" \;
 else
-    echo "SmolLM2's config and tokenizer not copied: $PYTHON has no agentgym_rl (make install)" >&2
+    echo "SmolLM2's config and tokenizer not copied: $PYTHON could not find its folder (make install first)" >&2
 fi
 du -sh "$DEST"

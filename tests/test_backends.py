@@ -183,8 +183,8 @@ def test_the_table_builds_each_backends_generator_and_starts_its_engine(folder, 
 
     engined = dataclasses.replace(backends.BACKENDS["hf"], in_process=False, engine=start)
     monkeypatch.setitem(backends.BACKENDS, "hf", engined)
-    folder_policy(folder, 0.0, RolloutConfig(max_context=640), seed=7)
-    assert started == [(folder, "float32", 640, 7)]
+    folder_policy(folder, 0.0, RolloutConfig(max_context=640), dtype="bfloat16", seed=7)
+    assert started == [(folder, "bfloat16", 640, 7)]
     assert (built[-1].model, built[-1].engine) == (None, "the engine")  # its model stays where the engine is
     with pytest.raises(ValueError, match="needs engine"):
         model_policy(model, tiny_tokenizer, 0.0)
@@ -229,6 +229,6 @@ def test_a_run_starts_its_backends_engine_once_on_the_learners_weights(tmp_path,
 
     row = dataclasses.replace(backends.BACKENDS["hf"], build=build, engine=start)
     monkeypatch.setitem(backends.BACKENDS, "hf", row)
-    RLTrainer(toy_config(tmp_path, "train.steps=1", "run.seed=5"), log=lambda _: None).fit()
-    assert started == [(Path("toy/engine_model"), "float32", 5, True)]
+    RLTrainer(toy_config(tmp_path, "train.steps=1", "run.seed=5", "run.dtype=bfloat16"), log=lambda _: None).fit()
+    assert started == [(Path("toy/engine_model"), "bfloat16", 5, True)]
     assert len(engines) >= 2 and all(engine is engines[0] for engine in engines)

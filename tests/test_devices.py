@@ -123,8 +123,9 @@ def test_a_step_on_a_gpu_reports_its_peak_memory_and_restarts_the_count(monkeypa
 
     calls = []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: calls.append(("peak", device)) or 3.5e9)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device: calls.append(("held", device)) or 4.25e9)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(("reset", device)))
     gpu = torch.device("cuda", 0)
-    assert device_peak_gb(gpu) == {metric.MEMORY_DEVICE_PEAK_GB: 3.5}
-    assert calls == [("peak", gpu), ("reset", gpu)]
-    assert device_peak_gb(torch.device("cpu")) == {} and len(calls) == 2
+    assert device_peak_gb(gpu) == {metric.MEMORY_DEVICE_PEAK_GB: 3.5, metric.MEMORY_DEVICE_RESERVED_GB: 4.25}
+    assert calls == [("peak", gpu), ("held", gpu), ("reset", gpu)]
+    assert device_peak_gb(torch.device("cpu")) == {} and len(calls) == 3

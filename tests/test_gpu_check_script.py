@@ -26,3 +26,18 @@ def test_with_no_budget_left_every_part_is_reported_and_none_runs(tmp_path):
     assert failed[-1].startswith("serve-model and its evals not run")
     assert not (tmp_path / "grpo").exists()
     assert "these parts failed or did not run" in done.stderr
+
+
+def test_a_failing_part_is_listed_and_the_parts_after_it_still_run(tmp_path):
+    # A stand-in Python whose train commands fail at once; everything else is the real one.
+    stub = tmp_path / "python"
+    stub.write_text(f'#!/bin/bash\nfor a in "$@"; do [ "$a" = train ] && exit 1; done\nexec {sys.executable} "$@"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "DEVICE": "cpu", "OUT": str(tmp_path / "out"), "PYTHON": str(stub),
+           "WHEELS": str(tmp_path / "no-wheels")}
+    done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    failed = (tmp_path / "out" / "failed.txt").read_text().splitlines()
+    exited = [line for line in failed if line.startswith("exit 1 after ")]
+    assert [line.split(" run.name=")[-1] for line in exited] == ["grpo", "slots", "fsdp"]
+    assert "the GRPO step left no checkpoint: eval and the one-GPU recipe not run" in failed

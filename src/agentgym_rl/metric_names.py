@@ -68,6 +68,7 @@ TIME_ELAPSED_S = "time/elapsed_s"
 TIME_SAMPLE_S = "time/sample_s"
 TIME_FINETUNE_S = "time/finetune_s"
 MEMORY_DEVICE_PEAK_GB = "memory/device_peak_gb"
+MEMORY_DEVICE_RESERVED_GB = "memory/device_reserved_gb"
 
 VAL_SUCCESS = "val/success"
 VAL_REWARD = "val/reward"
@@ -197,7 +198,8 @@ DOCS = {
     TIME_ELAPSED_S: "seconds since the run's fine-tuning began",
     TIME_SAMPLE_S: "seconds a rejection-sampling round spent sampling",
     TIME_FINETUNE_S: "seconds a rejection-sampling round spent fine-tuning",
-    MEMORY_DEVICE_PEAK_GB: "on a GPU, the most memory torch held there during the step (GB)",
+    MEMORY_DEVICE_PEAK_GB: "on a GPU, the most memory the step's tensors took there (GB)",
+    MEMORY_DEVICE_RESERVED_GB: "on a GPU, the most memory torch's caching allocator held there during the step (GB)",
     VAL_SUCCESS: "validation success (Avg@n) on the held-out items",
     VAL_REWARD: "mean validation episode reward",
     VAL_TURNS: "mean turns of a validation episode",

@@ -112,7 +112,8 @@ class GeneratorBackend:
         ray_workers: Ray rollout workers (`rollout.workers`) run it, one copy each.
         build: makes the generator from `GeneratorParts`.
         engine: starts the engine the generator samples through, from a model folder, dtype,
-            rollout settings and seed (vLLM's), once per process; None: it needs none.
+            rollout settings and seed (vLLM's): once a training run, once a `folder_policy`
+            call; None: it needs none.
         devices: the torch device types (`run.device`, resolved) an in-process backend samples on;
             the others sample where their engine or server runs.
         requires: raises a `UserError` naming what to install when that is missing; None: nothing.

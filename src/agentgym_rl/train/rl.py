@@ -235,14 +235,15 @@ class Validation:
 
 
 def device_peak_gb(device: torch.device) -> dict[str, float]:
-    """On a CUDA device, the most memory torch held there since the last call (GB), then the
-    count restarts: one step's peak; elsewhere nothing (a CPU's resident memory is the
-    allocator's, not the run's)."""
+    """On a CUDA device, the most memory torch's tensors took there since the last call (GB), and
+    the most its caching allocator held (what the card lends), then the counts restart: one
+    step's peaks (a validation after step N counts in step N+1's); elsewhere nothing."""
     if device.type != "cuda":
         return {}
-    peak = torch.cuda.max_memory_allocated(device) / 1e9
+    peaks = {metric.MEMORY_DEVICE_PEAK_GB: torch.cuda.max_memory_allocated(device) / 1e9,
+             metric.MEMORY_DEVICE_RESERVED_GB: torch.cuda.max_memory_reserved(device) / 1e9}
     torch.cuda.reset_peak_memory_stats(device)
-    return {metric.MEMORY_DEVICE_PEAK_GB: peak}
+    return peaks
 
 
 def per_env_metrics(prefix: str, stats: Summary) -> dict[str, float]:
