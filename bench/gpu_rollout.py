@@ -20,9 +20,10 @@ episodes from per-episode streams at temperature 1, `--turns` turns of replies o
   (bench/rollout_vs_trl.py times TRL's own call on the CPU).
 Each arm's policy is built once and plays one turn of every episode before the timed runs (a slot
 generator's cache allocated, its CUDA graphs captured); per-turn `generate` runs transformers' own
-`sdpa` attention, the backends the project's. `--random-weights` keeps the model folder's config and tokenizer and draws new weights (so only
-the tokenizer travels): replies then run to `--new-tokens` and every action is refused, a
-heavier workload than a trained model's but the same for every arm. Columns: the rollout's
+`sdpa` attention, the backends the project's. `--random-weights` keeps the model folder's config
+and tokenizer and draws new weights (so only the tokenizer travels): replies then run to
+`--new-tokens` and every action is refused, a heavier workload than a trained model's but the
+same for every arm. Columns: the rollout's
 seconds, generated tokens a second and that as a multiple of `per-turn`'s; medians of `--reps`
 interleaved repetitions.
 """
