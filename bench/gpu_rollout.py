@@ -35,6 +35,7 @@ import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,7 @@ from agentgym_rl.envs import registry
 from agentgym_rl.rollout.backends import model_policy, reply_stop_ids
 from agentgym_rl.rollout.engine import RolloutEngine
 from agentgym_rl.rollout.policy import ModelPolicy
+from random_model import random_model  # bench/ is on the path: the script's own folder
 
 ARMS = ("hf", "slots", "per-turn")
 
@@ -81,14 +83,10 @@ def cut(ids: list[int], stops: set[int]) -> Generation:
 
 
 def load(folder, dtype: str, device: str, random_weights: bool):
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     from agentgym_rl.agent.loading import load_model_and_tokenizer, load_tokenizer, resolve_device
 
     if random_weights:
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder), dtype=getattr(torch, dtype))
-        tokenizer = load_tokenizer(folder)
+        model, tokenizer = random_model(Path(folder) / "config.json", dtype), load_tokenizer(folder)
     else:
         model, tokenizer = load_model_and_tokenizer(folder, dtype)
     return model.to(resolve_device(device)).eval(), tokenizer
