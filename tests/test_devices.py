@@ -129,3 +129,24 @@ def test_a_step_on_a_gpu_reports_its_peak_memory_and_restarts_the_count(monkeypa
     assert device_peak_gb(gpu) == {metric.MEMORY_DEVICE_PEAK_GB: 3.5, metric.MEMORY_DEVICE_RESERVED_GB: 4.25}
     assert calls == [("peak", gpu), ("held", gpu), ("reset", gpu)]
     assert device_peak_gb(torch.device("cpu")) == {} and len(calls) == 3
+
+
+def test_every_steps_metrics_carry_the_devices_peaks(tmp_path, monkeypatch, counter_env_registered):
+    """The trainer asks for the peaks once a step, of the device it trains on, and logs them with
+    the step (a stand-in answers as a GPU would)."""
+    import json
+
+    from test_run_safety import toy_config
+
+    import agentgym_rl.train.rl as rl
+    from agentgym_rl import metric_names as metric
+
+    asked = []
+    monkeypatch.setattr(rl, "device_peak_gb", lambda device: asked.append(device.type) or
+                        {metric.MEMORY_DEVICE_PEAK_GB: 1.5, metric.MEMORY_DEVICE_RESERVED_GB: 2.0})
+    rl.RLTrainer(toy_config(tmp_path, "train.steps=2"), log=lambda _: None).fit()
+    steps = [json.loads(line) for line in (tmp_path / "toy" / "metrics.jsonl").read_text().splitlines()]
+    steps = [row for row in steps if metric.TIME_STEP_S in row]
+    assert asked == ["cpu", "cpu"] and len(steps) == 2
+    assert all((row[metric.MEMORY_DEVICE_PEAK_GB], row[metric.MEMORY_DEVICE_RESERVED_GB]) == (1.5, 2.0)
+               for row in steps)
